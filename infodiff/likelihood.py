@@ -1,0 +1,279 @@
+"""Monte Carlo likelihood estimators for masked diffusion, each with a standard error.
+
+    -log p(x)          nll(denoiser, x_BxL, key, estimator=...)
+    -log p(y | x)      conditional_nll(denoiser, prompt_BxP, response_BxR, key, ...)
+    log p(y|x) - log p(y'|x)   log_ratio(denoiser, prompt, y, y_alt, key, coupled=True)
+
+A denoiser is any function (z_BxL int32, t_B float32) -> logprobs_BxLxV over the V real tokens
+(mask id V): a trained network (`infodiff.training.make_denoiser`) or an exact oracle
+(`infodiff.oracles`). Estimators (shared/specs/masked_and_score_entropy.md §6; arXiv
+2510.24088): 't_dce' (time integral, Eq. 13 in t), 'lambda_dce' (Eq. 13 in lambda; infinite
+variance -- its standard error is flagged as unreliable), 'k_dce' (any-order autoregressive
+form) and 'time_free' (Thm 4.1 / Eq. 15; conditional Eq. 17; m = L included). The coupled
+log-ratio (Eq. 18) shares every mask between the two terms.
+
+Units: nats per sequence (the sum over the target positions), unless a function says otherwise.
+Each per-sample value is computed in float32 on the device and every Monte Carlo sum,
+mean and variance is accumulated in float64 on the host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from infodiff import schedules as schedules_lib
+from infodiff.oracles import validate_tokens
+from infodiff.processes import masked
+
+__all__ = ["Estimate", "nll", "conditional_nll", "log_ratio", "ESTIMATORS"]
+
+ESTIMATORS = masked.ESTIMATORS
+
+
+@dataclasses.dataclass
+class Estimate:
+    """Per-sequence Monte Carlo estimates.
+
+    samples: float64 [B, S] one-sample estimates (nats per sequence); their mean over S is
+      `mean` and stderr = std(samples, ddof=1) / sqrt(S).
+    num_samples: S Monte Carlo samples per sequence.
+    forward_passes: denoiser evaluations per sequence (S, or 2 S for a ratio).
+    """
+
+    estimator: str
+    samples: np.ndarray
+    forward_passes: int
+    infinite_variance: bool = False
+
+    @property
+    def num_samples(self) -> int:
+        return self.samples.shape[1]
+
+    @property
+    def mean(self) -> np.ndarray:
+        """float64 [B] estimated value per sequence (nats)."""
+        return self.samples.mean(axis=1)
+
+    @property
+    def per_sample_std(self) -> np.ndarray:
+        """float64 [B] standard deviation of one Monte Carlo sample (nats)."""
+        if self.num_samples < 2:
+            return np.full(self.samples.shape[0], np.nan)
+        return self.samples.std(axis=1, ddof=1)
+
+    @property
+    def stderr(self) -> np.ndarray:
+        """float64 [B] standard error of `mean` (nats)."""
+        return self.per_sample_std / math.sqrt(self.num_samples)
+
+    @property
+    def variance_per_forward_pass(self) -> np.ndarray:
+        """float64 [B]: Var(one sample) x forward passes per sample (variance at a budget of one pass)."""
+        return self.per_sample_std**2 * (self.forward_passes / self.num_samples)
+
+    def total(self):
+        """(sum of means, its stderr) over the batch, nats (e.g. a corpus NLL)."""
+        return float(self.mean.sum()), float(np.sqrt(np.sum(self.stderr**2)))
+
+    def summary(self) -> dict:
+        return {
+            "estimator": self.estimator,
+            "mean": self.mean.tolist(),
+            "stderr": self.stderr.tolist(),
+            "num_samples": self.num_samples,
+            "forward_passes": self.forward_passes,
+            "infinite_variance": self.infinite_variance,
+        }
+
+
+def _vocab_size(denoiser, vocab_size):
+    v = vocab_size if vocab_size is not None else getattr(denoiser, "vocab_size", None)
+    if v is None:
+        raise ValueError("vocab_size is required (the denoiser has no .vocab_size attribute)")
+    return int(v)
+
+
+def _spec(estimator: str, schedule) -> masked.MaskSpec:
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown estimator {estimator!r}; choose from {ESTIMATORS}")
+    schedule = schedule or schedules_lib.LinearSchedule()
+    return masked.MaskSpec(name=estimator, schedule=schedule, exact_boundaries=True)
+
+
+@functools.partial(jax.jit, static_argnames=("denoiser", "spec", "vocab_size", "num_samples"))
+def _chunk_values(denoiser, spec, vocab_size, num_samples, key, xs_NxBxL, target_BxL):
+    """S draws per row; the SAME masks are applied to every x in xs (coupling).
+
+    Returns float32 [N, B, S]: weight * masked CE for each of the N inputs.
+    """
+    N, B, L = xs_NxBxL.shape
+    tgt = jnp.repeat(target_BxL, num_samples, axis=0)  # [B*S, L]
+    mask, t, w = masked.draw_masks(spec, key, tgt)
+    outs = []
+    for n in range(N):
+        x = jnp.repeat(xs_NxBxL[n], num_samples, axis=0)
+        z = masked.corrupt(x, mask, vocab_size)
+        ce = masked.masked_cross_entropy(denoiser(z, t), x, mask)
+        outs.append((w * ce).reshape(B, num_samples))
+    return jnp.stack(outs)
+
+
+def _run(denoiser, xs_NxBxL, target_BxL, key, spec, vocab_size, num_samples, batch_size,
+         independent: bool):
+    """Host loop over chunks of rows and samples; float64 accumulation. -> float64 [N, B, S]."""
+    N, B, L = xs_NxBxL.shape
+    # Samples per call so that (rows x samples) fits batch_size.
+    s_chunk = max(1, min(num_samples, batch_size // max(1, min(B, batch_size))))
+    b_chunk = max(1, min(B, batch_size // s_chunk))
+    out = np.zeros((N, B, num_samples), np.float64)
+    # Every call has the same shape (the last chunk is padded and trimmed): one compilation.
+    for b0 in range(0, B, b_chunk):
+        b1 = min(B, b0 + b_chunk)
+        rows = np.arange(b0, b0 + b_chunk) % B
+        for s0 in range(0, num_samples, s_chunk):
+            s1 = min(num_samples, s0 + s_chunk)
+            k = jax.random.fold_in(jax.random.fold_in(key, b0), s0)
+            if independent:
+                for n in range(N):
+                    kn = jax.random.fold_in(k, 1_000_003 + n)
+                    vals = _chunk_values(denoiser, spec, vocab_size, s_chunk, kn,
+                                         xs_NxBxL[n:n + 1, rows], target_BxL[rows])
+                    out[n, b0:b1, s0:s1] = np.asarray(vals[0], np.float64)[: b1 - b0, : s1 - s0]
+            else:
+                vals = _chunk_values(denoiser, spec, vocab_size, s_chunk, k,
+                                     xs_NxBxL[:, rows], target_BxL[rows])
+                out[:, b0:b1, s0:s1] = np.asarray(vals, np.float64)[:, : b1 - b0, : s1 - s0]
+    if not np.all(np.isfinite(out)):
+        bad = np.argwhere(~np.isfinite(out))[0]
+        raise FloatingPointError(
+            f"non-finite per-sample value {out[tuple(bad)]} for sequence {bad[1]}: the denoiser "
+            "returned -inf/NaN log-probability for a true token"
+        )
+    return out
+
+
+def _check_common(num_samples, batch_size):
+    if int(num_samples) < 2:
+        raise ValueError(f"num_samples must be >= 2 to report a standard error; got {num_samples}")
+    if int(batch_size) < 1:
+        raise ValueError(f"batch_size must be >= 1; got {batch_size}")
+
+
+def _warn_lambda(estimator):
+    if estimator == "lambda_dce":
+        warnings.warn(
+            "lambda_dce has infinite variance (spec §6.2): its standard error is not reliable; "
+            "prefer time_free or k_dce for reported numbers",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return True
+    return False
+
+
+def nll(denoiser, x_BxL, key, *, estimator: str = "time_free", num_samples: int = 128,
+        batch_size: int = 1024, target_BxL=None, schedule=None, vocab_size: int | None = None,
+        ) -> Estimate:
+    """Estimate -log p(x) (or -log p(x[target] | x[rest])) per sequence, in nats.
+
+    Args:
+      denoiser: (z_BxL int32, t_B float32) -> logprobs_BxLxV (normalised over V real tokens).
+      x_BxL: int [B, L] token ids in [0, V).
+      key: PRNG key; results are a pure function of it.
+      estimator: 't_dce' | 'lambda_dce' | 'k_dce' | 'time_free'.
+      num_samples: Monte Carlo samples S per sequence (>= 2).
+      batch_size: rows per denoiser call (memory knob; results do not depend on it only up
+        to the grouping of random draws, which is fixed by (key, B, batch_size)).
+      target_BxL: optional bool [B, L]: positions whose likelihood is estimated; the others
+        are context and never masked. Default: all positions.
+      schedule: Schedule for t_dce (and to map mask fractions to times for time-conditioned
+        denoisers). Default linear with eps = 1e-4.
+      vocab_size: V (default: denoiser.vocab_size).
+    Returns: Estimate with samples float64 [B, S].
+    Raises: TypeError/ValueError for non-integer, wrongly shaped or out-of-vocabulary x, a
+      target of the wrong shape, num_samples < 2; FloatingPointError if the denoiser gives
+      a non-finite value.
+    Source: arXiv 2510.24088 Eqs. 13, 15-17; shared/specs/masked_and_score_entropy.md §6.
+    """
+    V = _vocab_size(denoiser, vocab_size)
+    x = validate_tokens(x_BxL, V)
+    _check_common(num_samples, batch_size)
+    if target_BxL is None:
+        target = np.ones(x.shape, bool)
+    else:
+        target = np.asarray(target_BxL)
+        if target.shape != x.shape or target.dtype != bool:
+            raise ValueError(f"target_BxL must be bool with shape {x.shape}; got {target.dtype} {target.shape}")
+    inf_var = _warn_lambda(estimator)
+    spec = _spec(estimator, schedule)
+    vals = _run(denoiser, x[None], target, key, spec, V, int(num_samples), int(batch_size), False)
+    return Estimate(estimator, vals[0], forward_passes=int(num_samples), infinite_variance=inf_var)
+
+
+def _concat(prompt_BxP, response_BxR, V):
+    p = validate_tokens(prompt_BxP, V, name="prompt")
+    r = validate_tokens(response_BxR, V, name="response")
+    if p.shape[0] != r.shape[0]:
+        raise ValueError(f"prompt and response batch sizes differ: {p.shape} vs {r.shape}")
+    if r.shape[1] < 1:
+        raise ValueError("response must have at least one token")
+    x = np.concatenate([p, r], axis=1)
+    target = np.zeros(x.shape, bool)
+    target[:, p.shape[1]:] = True
+    return x, target
+
+
+def conditional_nll(denoiser, prompt_BxP, response_BxR, key, **kwargs) -> Estimate:
+    """Estimate -log p(response | prompt) per pair, nats per response.
+
+    Only response positions are masked; the prompt is always visible (Cor. 4.3 / Eq. 17 for
+    'time_free'; Eq. 16 for 'lambda_dce'). The denoiser sees [prompt; response] of length
+    P + R. Keyword arguments as in `nll`. Raises ValueError for mismatched batch sizes, an
+    empty response or bad tokens.
+    """
+    V = _vocab_size(denoiser, kwargs.get("vocab_size"))
+    x, target = _concat(prompt_BxP, response_BxR, V)
+    kwargs["vocab_size"] = V
+    return nll(denoiser, x, key, target_BxL=target, **kwargs)
+
+
+def log_ratio(denoiser, prompt_BxP, response_BxR, alt_response_BxR, key, *, coupled: bool = True,
+              estimator: str = "time_free", num_samples: int = 128, batch_size: int = 1024,
+              schedule=None, vocab_size: int | None = None) -> Estimate:
+    """Estimate log p(y | x) - log p(y' | x) per triple, in nats.
+
+    coupled=True (arXiv 2510.24088 Eq. 18): every Monte Carlo sample uses the same mask
+    (same masked positions, same weight, same time) for y and y', so the variance from the
+    mask draw cancels (common random numbers). coupled=False draws independent masks for the
+    two terms (for comparison). Either way each sample costs 2 forward passes.
+
+    Unequal lengths: y and y' must have the same length R (the masks are shared position by
+    position); pad both to a common length yourself if your data differ. Raises ValueError
+    naming both shapes otherwise. Returns Estimate whose samples are per-sample differences.
+    """
+    V = _vocab_size(denoiser, vocab_size)
+    ya = np.asarray(response_BxR)
+    yb = np.asarray(alt_response_BxR)
+    if ya.shape != yb.shape:
+        raise ValueError(
+            f"coupled ratio needs responses of equal shape; got {ya.shape} and {yb.shape} "
+            "(pad both to a common length)"
+        )
+    xa, target = _concat(prompt_BxP, ya, V)
+    xb, _ = _concat(prompt_BxP, yb, V)
+    _check_common(num_samples, batch_size)
+    inf_var = _warn_lambda(estimator)
+    spec = _spec(estimator, schedule)
+    vals = _run(denoiser, np.stack([xa, xb]), target, key, spec, V, int(num_samples),
+                int(batch_size) // 2 or 1, independent=not coupled)
+    # log p(ya|x) - log p(yb|x) = NLL(yb) - NLL(ya)
+    name = f"{estimator}:{'coupled' if coupled else 'decoupled'}"
+    return Estimate(name, vals[1] - vals[0], forward_passes=2 * int(num_samples),
+                    infinite_variance=inf_var)

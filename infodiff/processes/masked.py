@@ -1,0 +1,367 @@
+"""Masked (absorbing) discrete diffusion: forward corruption, mask samplers, DCE objectives,
+ancestral sampler.
+
+Token ids: the V real tokens are 0..V-1 and the MASK token is id V (MD4 convention: mask id =
+vocab size). A *denoiser* is any function ``denoiser(z_BxL, t_B) -> logprobs_BxLxV`` that returns
+log-probabilities normalised over the V real tokens (an x0-predictor / "mean" parameterisation,
+RADD's c_theta). Networks and exact oracles go through the same code.
+
+Every estimator of -log p(x0) used here has the form
+
+    weight * sum_{i masked} -log c(z)_{i, x0_i}                                      (*)
+
+with a random mask and a weight; only the mask law and the weight differ
+(shared/specs/masked_and_score_entropy.md §6; arXiv 2510.24088 Eqs. 13, 15):
+
+  =============  =====================================================  ====================
+  name           mask law                                                weight
+  =============  =====================================================  ====================
+  t_dce          t ~ U(0,1); mask each token w.p. 1 - alpha_t           -alpha'_t/(1-alpha_t)
+  lambda_dce     lambda ~ U(0,1); mask each token w.p. lambda            1 / lambda
+  k_dce          k ~ U{1..n}; uniform k-subset                           n / k
+  time_free      m ~ P(m) ∝ 1/m on {1..n} (m = n included); m-subset    H_n
+  interval       lambda integrated out analytically over [a, b]          Z_[a,b]
+  =============  =====================================================  ====================
+
+n is the number of *target* positions of a row (all of them for -log p(x); the response for
+-log p(y | x)). With exact conditionals all of them have expectation -log p(x0[target] |
+x0[not target]) (t_dce exactly so only with `exact_boundaries=True`, see `draw_masks`).
+
+The `interval` sampler is ours: for mask probability lambda restricted to [a, b],
+  int_a^b (1/lambda) E_{S ~ Bern(lambda)^n} [C_S] d lambda
+    = sum_m (1/m) [I_b(m, n-m+1) - I_a(m, n-m+1)] E_{|S| = m}[C_S],
+(I = regularised incomplete beta), so drawing m with probability proportional to that
+coefficient and weighting by their sum Z_[a,b] is unbiased with finite variance. [0, 1] gives
+the time-free estimator (Z = H_n, I-MDCE Thm 4.1); it also covers the boundary pieces
+[0, lambda(0)] and [lambda(1), 1] that a schedule with eps > 0 leaves out of the t-integral.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.special
+
+from infodiff import schedules as schedules_lib
+
+Denoiser = Callable[[jax.Array, jax.Array], jax.Array]
+
+OBJECTIVES = ("t_dce", "lambda_dce", "k_dce", "time_free")
+ESTIMATORS = ("t_dce", "lambda_dce", "k_dce", "time_free")
+
+
+# ---------------------------------------------------------------------------------------------
+# Forward process
+# ---------------------------------------------------------------------------------------------
+def corrupt(x_BxL: jax.Array, mask_BxL: jax.Array, mask_id: int) -> jax.Array:
+    """z = x with masked positions replaced by `mask_id`. int32 [B, L] -> int32 [B, L]."""
+    return jnp.where(mask_BxL, jnp.int32(mask_id), x_BxL.astype(jnp.int32))
+
+
+def forward_sample(key, x_BxL, t_B, schedule: schedules_lib.Schedule, mask_id: int):
+    """Sample z_t ~ q(z_t | x0): each token kept w.p. alpha_t, else MASK (MD4 forward sample).
+
+    Args: x_BxL int [B, L] clean tokens; t_B float [B] times in [0, 1].
+    Returns: (z_BxL int32, mask_BxL bool).
+    """
+    lam_B = schedule.mask_prob(t_B)
+    mask_BxL = jax.random.uniform(key, x_BxL.shape) < lam_B[:, None]
+    return corrupt(x_BxL, mask_BxL, mask_id), mask_BxL
+
+
+def masked_cross_entropy(logprobs_BxLxV, x_BxL, mask_BxL) -> jax.Array:
+    """Sum over masked positions of -log c(z)_{i, x_i}, float32 [B], nats per sequence.
+
+    This is l_DCE of arXiv 2510.24088 §3 (pointwise denoising cross-entropy).
+    """
+    logp_BxL = jnp.take_along_axis(
+        logprobs_BxLxV.astype(jnp.float32), x_BxL[..., None].astype(jnp.int32), axis=-1
+    )[..., 0]
+    return -jnp.sum(jnp.where(mask_BxL, logp_BxL, 0.0), axis=-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Mask samplers
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class MaskSpec:
+    """How masks and weights are drawn (hashable, so it can be a static jit argument).
+
+    name: one of ESTIMATORS ('t_dce', 'lambda_dce', 'k_dce', 'time_free').
+    schedule: used by t_dce for (t, mask law, weight); by the others only to map a mask
+      fraction to a time for time-conditioned denoisers (t = t(lambda = m / n)).
+    exact_boundaries: t_dce only. If True, the pieces of the lambda-integral outside
+      [lambda(0), lambda(1)] are added by the interval sampler in a mixture (probability
+      `boundary_prob` each), so the estimate is unbiased for the exact NLL. If False, t_dce
+      is the continuous-time objective of MD4 (a bound that misses O(eps) pieces).
+    finite_T: t_dce only; 0 = continuous time, T > 0 = MD4's discrete-time ELBO with T steps.
+    antithetic: t_dce / lambda_dce; low-discrepancy u_b = (u0 + b/B) mod 1 across the batch
+      (MD4). Use only for training: the estimators need i.i.d. draws for honest standard errors.
+    """
+
+    name: str = "time_free"
+    schedule: schedules_lib.Schedule = schedules_lib.LinearSchedule()
+    exact_boundaries: bool = True
+    boundary_prob: float = 0.02
+    finite_T: int = 0
+    antithetic: bool = False
+
+    def __post_init__(self):
+        if self.name not in ESTIMATORS:
+            raise ValueError(f"unknown estimator/objective {self.name!r}; choose from {ESTIMATORS}")
+        if self.finite_T < 0:
+            raise ValueError(f"finite_T must be >= 0; got {self.finite_T}")
+        if not 0.0 < self.boundary_prob < 0.5:
+            raise ValueError(f"boundary_prob must be in (0, 0.5); got {self.boundary_prob}")
+
+
+@functools.lru_cache(maxsize=None)
+def interval_tables(L: int, lam_lo: float, lam_hi: float):
+    """Tables for the interval sampler, for every target count n = 0..L.
+
+    Returns (cdf_NxM, Z_N) as float64 numpy arrays, N = L + 1 rows (n), M = L columns (m = 1..L):
+      coef[n, m] = (1/m) [I_hi(m, n-m+1) - I_lo(m, n-m+1)]  for 1 <= m <= n, else 0,
+      Z[n] = sum_m coef[n, m]  (= H_n for [0, 1]),  cdf[n] = cumsum(coef[n]) / Z[n].
+    Rows with n = 0 or Z = 0 have cdf = 1 everywhere (never used: weight 0).
+    """
+    coef = np.zeros((L + 1, L), dtype=np.float64)
+    for n in range(1, L + 1):
+        m = np.arange(1, n + 1, dtype=np.float64)
+        hi = scipy.special.betainc(m, n - m + 1, lam_hi) if lam_hi < 1 else np.ones_like(m)
+        lo = scipy.special.betainc(m, n - m + 1, lam_lo) if lam_lo > 0 else np.zeros_like(m)
+        coef[n, :n] = np.maximum(hi - lo, 0.0) / m
+    Z = coef.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cdf = np.where(Z[:, None] > 0, np.cumsum(coef, axis=1) / np.where(Z > 0, Z, 1)[:, None], 1.0)
+    cdf[:, -1] = 1.0
+    return cdf, Z
+
+
+def harmonic(n: int) -> float:
+    """H_n = sum_{m=1}^n 1/m (float64)."""
+    return float(np.sum(1.0 / np.arange(1, n + 1))) if n > 0 else 0.0
+
+
+def _subset_mask(key, target_BxL, m_B):
+    """Uniformly random m_B-subset of the target positions of each row (argsort trick)."""
+    u = jax.random.uniform(key, target_BxL.shape)
+    u = jnp.where(target_BxL, u, 2.0)  # non-target positions rank last
+    ranks = jnp.argsort(jnp.argsort(u, axis=-1), axis=-1)
+    return ranks < m_B[:, None]
+
+
+def _draw_interval(key, target_BxL, lam_lo, lam_hi):
+    """m from the interval-sampler law for each row's n, then a uniform m-subset.
+
+    Returns (mask_BxL bool, m_B int32, weight_B float32 = Z_[lo,hi](n)).
+    """
+    L = target_BxL.shape[-1]
+    cdf, Z = interval_tables(L, float(lam_lo), float(lam_hi))
+    n_B = jnp.sum(target_BxL, axis=-1).astype(jnp.int32)
+    k1, k2 = jax.random.split(key)
+    u_B = jax.random.uniform(k1, n_B.shape)
+    cdf_BxM = jnp.asarray(cdf, jnp.float32)[n_B]
+    m_B = 1 + jnp.sum(cdf_BxM < u_B[:, None], axis=-1).astype(jnp.int32)
+    m_B = jnp.minimum(m_B, jnp.maximum(n_B, 1))
+    weight_B = jnp.asarray(Z, jnp.float32)[n_B]
+    mask = _subset_mask(k2, target_BxL, m_B) & target_BxL
+    return mask, m_B, weight_B
+
+
+def _uniforms(key, B, antithetic):
+    if antithetic:
+        u0 = jax.random.uniform(key, ())
+        return jnp.mod(u0 + jnp.arange(B, dtype=jnp.float32) / B, 1.0)
+    return jax.random.uniform(key, (B,))
+
+
+def _frac_time(spec, m_B, n_B):
+    lam = m_B.astype(jnp.float32) / jnp.maximum(n_B, 1).astype(jnp.float32)
+    return spec.schedule.t_from_lambda(lam).astype(jnp.float32)
+
+
+def draw_masks(spec: MaskSpec, key: jax.Array, target_BxL: jax.Array):
+    """Draw one mask, time and weight per row, per the estimator `spec.name`.
+
+    Args:
+      spec: MaskSpec (static).
+      key: PRNG key.
+      target_BxL: bool [B, L], positions that may be masked (n_B = row sums). Context
+        positions (a prompt) are never masked.
+    Returns:
+      mask_BxL bool, t_B float32 in [0, 1] (time to feed a time-conditioned denoiser),
+      weight_B float32 such that weight * sum_masked CE is an unbiased one-sample estimate
+      (see module docstring). Rows with n = 0 get weight 0.
+    """
+    target_BxL = target_BxL.astype(bool)
+    B, L = target_BxL.shape
+    n_B = jnp.sum(target_BxL, axis=-1)
+    sched = spec.schedule
+    k_u, k_mask, k_mix, k_bnd = jax.random.split(key, 4)
+
+    if spec.name == "time_free":
+        mask, m_B, w = _draw_interval(k_mask, target_BxL, 0.0, 1.0)
+        return mask, _frac_time(spec, m_B, n_B), w
+
+    if spec.name == "k_dce":
+        k_B = 1 + jnp.floor(jax.random.uniform(k_u, (B,)) * n_B).astype(jnp.int32)
+        k_B = jnp.clip(k_B, 1, jnp.maximum(n_B, 1))
+        mask = _subset_mask(k_mask, target_BxL, k_B) & target_BxL
+        w = jnp.where(n_B > 0, n_B / k_B, 0.0).astype(jnp.float32)
+        return mask, _frac_time(spec, k_B, n_B), w
+
+    if spec.name == "lambda_dce":
+        u = _uniforms(k_u, B, spec.antithetic)
+        lam_B = jnp.maximum(1.0 - u, 1e-12)  # lambda in (0, 1]
+        mask = (jax.random.uniform(k_mask, (B, L)) < lam_B[:, None]) & target_BxL
+        return mask, sched.t_from_lambda(lam_B).astype(jnp.float32), (1.0 / lam_B).astype(jnp.float32)
+
+    # t_dce
+    u = _uniforms(k_u, B, spec.antithetic)
+    if spec.finite_T > 0:
+        T = spec.finite_T
+        i_B = jnp.floor(u * T).astype(jnp.int32) + 1  # 1..T
+        t_B = i_B.astype(jnp.float32) / T
+        s_B = t_B - 1.0 / T
+        a_t, a_s = sched.alpha(t_B), sched.alpha(s_B)
+        w_int = T * (a_s - a_t) / (1.0 - a_t)  # MD4 discrete-time weight
+    else:
+        t_B = u
+        w_int = sched.loss_weight(t_B)
+    lam_B = sched.mask_prob(t_B)
+    mask = (jax.random.uniform(k_mask, (B, L)) < lam_B[:, None]) & target_BxL
+    w_int = w_int.astype(jnp.float32)
+    if not spec.exact_boundaries or spec.finite_T > 0:
+        # Continuous: MD4's diffusion term over [lambda(0), lambda(1)]. Finite T: MD4's
+        # discrete-time ELBO (a bound even with exact conditionals; no boundary correction).
+        return mask, t_B.astype(jnp.float32), w_int
+
+    # Mixture with the boundary intervals [0, lambda(0)] and [lambda(1), 1], each drawn by the
+    # interval sampler, so the sum of the three pieces is the exact lambda-integral (Eq. 13).
+    lam_lo, lam_hi = sched.lambda_min, sched.lambda_max
+    p_lo = spec.boundary_prob if lam_lo > 0 else 0.0
+    p_hi = spec.boundary_prob if lam_hi < 1 else 0.0
+    p_mid = 1.0 - p_lo - p_hi
+    k_lo, k_hi = jax.random.split(k_bnd)
+    mask_lo, m_lo, w_lo = _draw_interval(k_lo, target_BxL, 0.0, lam_lo)
+    mask_hi, m_hi, w_hi = _draw_interval(k_hi, target_BxL, lam_hi, 1.0)
+    v = jax.random.uniform(k_mix, (B,))
+    seg = jnp.where(v < p_lo, 0, jnp.where(v < p_lo + p_hi, 2, 1))
+    mask = jnp.where((seg == 0)[:, None], mask_lo, jnp.where((seg == 2)[:, None], mask_hi, mask))
+    t_out = jnp.where(
+        seg == 0, _frac_time(spec, m_lo, n_B), jnp.where(seg == 2, _frac_time(spec, m_hi, n_B), t_B)
+    )
+    w = jnp.where(
+        seg == 0,
+        w_lo / max(p_lo, 1e-30),
+        jnp.where(seg == 2, w_hi / max(p_hi, 1e-30), w_int / p_mid),
+    )
+    return mask, t_out.astype(jnp.float32), w.astype(jnp.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Training objective
+# ---------------------------------------------------------------------------------------------
+def diffusion_loss(
+    denoiser: Denoiser,
+    x_BxL: jax.Array,
+    key: jax.Array,
+    spec: MaskSpec,
+    vocab_size: int,
+    target_BxL: jax.Array | None = None,
+):
+    """One-sample Monte Carlo of the chosen DCE objective for each sequence.
+
+    Args:
+      denoiser: (z_BxL int32, t_B float32) -> logprobs_BxLxV over the V real tokens.
+      x_BxL: int [B, L] clean tokens in [0, V).
+      key: PRNG key.
+      spec: MaskSpec (objective, schedule, finite_T, antithetic).
+      vocab_size: V; the mask id is V.
+      target_BxL: optional bool mask of positions that may be masked (default: all).
+    Returns:
+      loss_B float32, nats per sequence: weight * sum of masked cross-entropies. With
+      t_dce (continuous, exact_boundaries=False) this is MD4's continuous-time NELBO diffusion
+      term (MD4 Eq. 5); with k_dce / time_free / lambda_dce the RADD losses.
+    """
+    if target_BxL is None:
+        target_BxL = jnp.ones(x_BxL.shape, bool)
+    mask, t_B, w_B = draw_masks(spec, key, target_BxL)
+    z = corrupt(x_BxL, mask, vocab_size)
+    logprobs = denoiser(z, t_B)
+    return w_B * masked_cross_entropy(logprobs, x_BxL, mask)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sampling
+# ---------------------------------------------------------------------------------------------
+def sample_categorical(key: jax.Array, logprobs_NxV: jax.Array) -> jax.Array:
+    """Exact-tail categorical draw: argmax_v (log p_v - log E_v), E_v ~ Exp(1).
+
+    The exponential variates are E = -log1p(-U) with U built from two 32-bit words, so U has
+    resolution ~2^-64 near 0 and small E (which lets a rare category win) is not truncated the
+    way float32 Gumbel noise truncates it (MD4 App. G; Zheng et al. arXiv 2409.02908): a
+    category of probability 1e-12 is still drawn at its rate. int32 [...] output.
+    """
+    k1, k2 = jax.random.split(key)
+    shape = logprobs_NxV.shape
+    hi = jax.random.bits(k1, shape, jnp.uint32).astype(jnp.float32)
+    lo = jax.random.bits(k2, shape, jnp.uint32).astype(jnp.float32)
+    u = hi * (2.0**-32) + (lo + 0.5) * (2.0**-64)
+    u = jnp.minimum(u, 1.0 - 2.0**-24)
+    log_e = jnp.log(-jnp.log1p(-u))
+    return jnp.argmax(logprobs_NxV.astype(jnp.float32) - log_e, axis=-1).astype(jnp.int32)
+
+
+def ancestral_sample(
+    denoiser: Denoiser,
+    key: jax.Array,
+    num_samples: int,
+    seq_len: int,
+    vocab_size: int,
+    schedule: schedules_lib.Schedule,
+    num_steps: int,
+    prompt_BxP: jax.Array | None = None,
+) -> jax.Array:
+    """MD4 ancestral sampler (arXiv 2406.04329 §4, Alg. 2), from all-MASK at t = 1 to t = 0.
+
+    Step t -> s (s < t, uniform grid): every masked position is unmasked with probability
+    u = (alpha_s - alpha_t) / (1 - alpha_t) and, if so, takes a token from c(z_t)
+    (`sample_categorical`: two-stage draw, so the tiny u never multiplies the token
+    probabilities, and rare tokens are not truncated by float32 Gumbel noise). The last
+    step (to t = 0) unmasks every remaining position by sampling (not argmax), so with an
+    exact denoiser the sampler is exact as num_steps -> inf; with num_steps = seq_len and a
+    time-free exact denoiser the error is only from simultaneous unmasking.
+
+    Args:
+      prompt_BxP: optional int [num_samples, P] prefix that is kept fixed (conditional
+        generation); the returned array then has seq_len columns including the prompt.
+    Returns: int32 [num_samples, seq_len] tokens in [0, V).
+    """
+    if num_steps < 1:
+        raise ValueError(f"num_steps must be >= 1; got {num_steps}")
+    z = jnp.full((num_samples, seq_len), vocab_size, jnp.int32)
+    P = 0
+    if prompt_BxP is not None:
+        P = prompt_BxP.shape[1]
+        z = z.at[:, :P].set(prompt_BxP.astype(jnp.int32))
+
+    def step(i, z):
+        t = 1.0 - i / num_steps
+        s = 1.0 - (i + 1) / num_steps
+        a_t, a_s = schedule.alpha(t), schedule.alpha(s)
+        u = jnp.where(i == num_steps - 1, 1.0, (a_s - a_t) / (1.0 - a_t))
+        k = jax.random.fold_in(key, i)
+        k_unmask, k_tok = jax.random.split(k)
+        t_B = jnp.full((num_samples,), t, jnp.float32)
+        logprobs = denoiser(z, t_B)
+        tok = sample_categorical(k_tok, logprobs)
+        unmask = (z == vocab_size) & (jax.random.uniform(k_unmask, z.shape) < u)
+        return jnp.where(unmask, tok, z)
+
+    return jax.lax.fori_loop(0, num_steps, step, z)

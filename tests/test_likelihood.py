@@ -1,0 +1,217 @@
+"""Every estimator against exact likelihoods of distributions with exact oracle denoisers.
+
+Tolerances come from the reported standard errors: |estimate - truth| < 4 SE per sequence.
+"""
+
+import itertools
+
+import jax
+import numpy as np
+import pytest
+
+from infodiff import likelihood as lk
+from infodiff import oracles
+from infodiff import schedules
+from infodiff.processes import masked
+
+N_SEQ = 3
+N_MC = 1024
+Z_MAX = 4.0
+
+
+@pytest.fixture(scope="module")
+def tabular():
+    return oracles.random_tabular(np.random.default_rng(10), "ACGT", seq_len=6, num_seqs=64)
+
+
+@pytest.fixture(scope="module")
+def markov2():
+    return oracles.random_markov(np.random.default_rng(11), "ACGT", order=2)
+
+
+@pytest.fixture(scope="module")
+def markov4():
+    return oracles.random_markov(np.random.default_rng(12), "ACGT", order=4)
+
+
+def _assert_unbiased(est, truth, label):
+    z = (est.mean - truth) / est.stderr
+    assert np.all(np.isfinite(z)), label
+    assert np.all(np.abs(z) < Z_MAX), f"{label}: z-scores {z}, est {est.mean}, truth {truth}"
+
+
+@pytest.mark.filterwarnings("ignore:lambda_dce has infinite variance")
+@pytest.mark.parametrize("estimator", lk.ESTIMATORS)
+def test_unconditional_tabular(tabular, estimator):
+    x = tabular.sample(np.random.default_rng(0), N_SEQ)
+    est = lk.nll(tabular, x, jax.random.PRNGKey(1), estimator=estimator, num_samples=N_MC)
+    _assert_unbiased(est, -tabular.log_prob(x), f"tabular/{estimator}")
+    assert est.num_samples == N_MC and est.forward_passes == N_MC
+
+
+@pytest.mark.filterwarnings("ignore:lambda_dce has infinite variance")
+@pytest.mark.parametrize("estimator", lk.ESTIMATORS)
+def test_unconditional_markov2(markov2, estimator):
+    x = markov2.sample(np.random.default_rng(0), N_SEQ, length=10)
+    est = lk.nll(markov2, x, jax.random.PRNGKey(2), estimator=estimator, num_samples=N_MC)
+    _assert_unbiased(est, -markov2.log_prob(x), f"markov2/{estimator}")
+
+
+@pytest.mark.filterwarnings("ignore:lambda_dce has infinite variance")
+@pytest.mark.parametrize("estimator", lk.ESTIMATORS)
+@pytest.mark.parametrize("chain", ["markov2", "markov4"])
+def test_conditional_markov_with_prompt(request, chain, estimator):
+    mk = request.getfixturevalue(chain)
+    x = mk.sample(np.random.default_rng(3), N_SEQ, length=16)
+    prompt, resp = x[:, :8], x[:, 8:]
+    target = np.zeros(x.shape, bool)
+    target[:, 8:] = True
+    truth = -mk.cond_log_prob(x, target)
+    # With prompt length >= order the truth is the chain rule of the transition table.
+    k = mk.order
+    direct = np.zeros(N_SEQ)
+    V = mk.vocab_size
+    for b in range(N_SEQ):
+        s = int(sum(x[b, 8 - k + i] * V ** (k - 1 - i) for i in range(k)))
+        for j in range(8, 16):
+            direct[b] -= np.log(mk.trans[s, x[b, j]])
+            s = (s * V + x[b, j]) % V**k
+    np.testing.assert_allclose(truth, direct, rtol=1e-10)
+    est = lk.conditional_nll(mk, prompt, resp, jax.random.PRNGKey(4), estimator=estimator,
+                             num_samples=N_MC)
+    _assert_unbiased(est, truth, f"{chain}/conditional/{estimator}")
+
+
+def test_conditional_tabular_masks_only_response(tabular):
+    x = tabular.sample(np.random.default_rng(5), N_SEQ)
+    target = np.zeros(x.shape, bool)
+    target[:, 2:] = True
+    truth = -tabular.cond_log_prob(x, target)
+    est = lk.conditional_nll(tabular, x[:, :2], x[:, 2:], jax.random.PRNGKey(6),
+                             estimator="time_free", num_samples=N_MC)
+    _assert_unbiased(est, truth, "tabular/conditional")
+    # A conditional NLL is smaller than the joint NLL of the same tokens.
+    assert np.all(truth < -tabular.log_prob(x))
+
+
+def _exact_subset_sum(oracle, x_L):
+    """sum_m (1/m) E_{|S|=m} C_S, enumerating every subset: = -log p(x) by I-MDCE."""
+    L = len(x_L)
+    total = 0.0
+    V = oracle.vocab_size
+    for m in range(1, L + 1):
+        subsets = list(itertools.combinations(range(L), m))
+        z = np.repeat(x_L[None], len(subsets), 0)
+        for r, S in enumerate(subsets):
+            z[r, list(S)] = V
+        logp = np.log(oracle.exact_conditionals(z))
+        ce = [-sum(logp[r, i, x_L[i]] for i in S) for r, S in enumerate(subsets)]
+        total += np.mean(ce) / m
+    return total
+
+
+def test_identity_holds_exactly_by_enumeration(tabular, markov2):
+    """Time-free / k-DCE identity to float32 round-off, no Monte Carlo (spec §12.4)."""
+    for orc, x in [(tabular, tabular.sample(np.random.default_rng(7), 2)),
+                   (markov2, markov2.sample(np.random.default_rng(7), 2, length=7))]:
+        for row in x:
+            exact = -orc.log_prob(row[None])[0]
+            np.testing.assert_allclose(_exact_subset_sum(orc, row), exact, rtol=2e-5)
+
+
+def test_interval_tables():
+    L = 12
+    _, Z = masked.interval_tables(L, 0.0, 1.0)
+    for n in range(1, L + 1):
+        assert Z[n] == pytest.approx(masked.harmonic(n), rel=1e-12)
+    _, Za = masked.interval_tables(L, 0.0, 0.3)
+    _, Zb = masked.interval_tables(L, 0.3, 1.0)
+    np.testing.assert_allclose(Za + Zb, Z, rtol=1e-12)
+    # Numerical check of one coefficient: int_a^b (1/lam) C(n,m) lam^m (1-lam)^(n-m) dlam.
+    from scipy import integrate, special
+    n, m, a, b = 7, 3, 0.2, 0.9
+    num, _ = integrate.quad(lambda l: special.comb(n, m) * l ** (m - 1) * (1 - l) ** (n - m), a, b)
+    cdf, Zab = masked.interval_tables(L, a, b)
+    coef = np.diff(np.concatenate([[0.0], cdf[n, :n]])) * Zab[n]
+    assert coef[m - 1] == pytest.approx(num, rel=1e-10)
+
+
+def test_t_dce_exact_boundaries_matter_and_are_unbiased(tabular):
+    """With a large eps the interior t-integral alone is clearly biased; with the boundary
+    pieces the estimate is unbiased (same draws budget)."""
+    x = tabular.sample(np.random.default_rng(8), 2)
+    truth = -tabular.log_prob(x)
+    sched = schedules.LinearSchedule(eps=0.2)
+    est = lk.nll(tabular, x, jax.random.PRNGKey(9), estimator="t_dce", schedule=sched,
+                 num_samples=4096)
+    _assert_unbiased(est, truth, "t_dce eps=0.2 exact boundaries")
+    spec = masked.MaskSpec("t_dce", sched, exact_boundaries=False)
+    vals = lk._run(tabular, x[None], np.ones(x.shape, bool), jax.random.PRNGKey(9), spec,
+                   tabular.vocab_size, 4096, 1024, False)[0]
+    interior = vals.mean(1)
+    se = vals.std(1, ddof=1) / np.sqrt(vals.shape[1])
+    assert np.all((truth - interior) / se > 4), "interior-only t-DCE should miss the boundaries"
+
+
+def test_coupled_ratio_unbiased_and_lower_variance(markov4):
+    rng = np.random.default_rng(13)
+    x = markov4.sample(rng, N_SEQ, length=20)
+    prompt, ya = x[:, :10], x[:, 10:]
+    yb = markov4.sample(rng, N_SEQ, length=20)[:, 10:]
+    target = np.zeros(x.shape, bool)
+    target[:, 10:] = True
+    truth = (markov4.cond_log_prob(x, target)
+             - markov4.cond_log_prob(np.concatenate([prompt, yb], 1), target))
+    c = lk.log_ratio(markov4, prompt, ya, yb, jax.random.PRNGKey(14), coupled=True,
+                     num_samples=N_MC)
+    d = lk.log_ratio(markov4, prompt, ya, yb, jax.random.PRNGKey(15), coupled=False,
+                     num_samples=N_MC)
+    _assert_unbiased(c, truth, "coupled ratio")
+    _assert_unbiased(d, truth, "decoupled ratio")
+    assert c.forward_passes == d.forward_passes == 2 * N_MC
+    assert np.all(c.per_sample_std**2 < d.per_sample_std**2 / 2), (
+        c.per_sample_std, d.per_sample_std)
+
+
+def test_results_are_reproducible_from_key(tabular):
+    x = tabular.sample(np.random.default_rng(0), 2)
+    a = lk.nll(tabular, x, jax.random.PRNGKey(3), num_samples=64)
+    b = lk.nll(tabular, x, jax.random.PRNGKey(3), num_samples=64)
+    c = lk.nll(tabular, x, jax.random.PRNGKey(4), num_samples=64)
+    np.testing.assert_array_equal(a.samples, b.samples)
+    assert not np.array_equal(a.samples, c.samples)
+
+
+def test_bad_input_is_refused(tabular):
+    key = jax.random.PRNGKey(0)
+    x = tabular.sample(np.random.default_rng(0), 2)
+    with pytest.raises(ValueError, match=r"x\[1, 3\] = 4 is outside the vocabulary \[0, 4\)"):
+        bad = x.copy()
+        bad[1, 3] = 4
+        lk.nll(tabular, bad, key)
+    with pytest.raises(ValueError, match=r"-1 is outside"):
+        bad = x.copy()
+        bad[0, 0] = -1
+        lk.nll(tabular, bad, key)
+    with pytest.raises(TypeError, match="float"):
+        lk.nll(tabular, x.astype(np.float32), key)
+    with pytest.raises(ValueError, match=r"shape \[batch, length\]; got shape \(6,\)"):
+        lk.nll(tabular, x[0], key)
+    with pytest.raises(ValueError, match="unknown estimator 'bogus'"):
+        lk.nll(tabular, x, key, estimator="bogus")
+    with pytest.raises(ValueError, match="num_samples must be >= 2"):
+        lk.nll(tabular, x, key, num_samples=1)
+    with pytest.raises(ValueError, match=r"equal shape; got \(2, 4\) and \(2, 3\)"):
+        lk.log_ratio(tabular, x[:, :2], x[:, 2:], x[:, 3:], key)
+    with pytest.raises(FloatingPointError, match="non-finite"):
+        # A sequence outside the table's support has probability 0 under the oracle.
+        support = {tuple(r) for r in tabular.seqs}
+        row = next(np.array(r) for r in itertools.product(range(4), repeat=6) if r not in support)
+        lk.nll(tabular, row[None].astype(np.int32), key, num_samples=8)
+
+
+def test_lambda_dce_warns_infinite_variance(tabular):
+    x = tabular.sample(np.random.default_rng(0), 1)
+    with pytest.warns(RuntimeWarning, match="infinite variance"):
+        est = lk.nll(tabular, x, jax.random.PRNGKey(0), estimator="lambda_dce", num_samples=8)
+    assert est.infinite_variance
