@@ -126,7 +126,7 @@ def _chunk_values(denoiser, spec, vocab_size, num_samples, key, xs_NxBxL, target
 
 
 def _run(denoiser, xs_NxBxL, target_BxL, key, spec, vocab_size, num_samples, batch_size,
-         independent: bool):
+         independent: bool, progress: bool = False):
     """Host loop over chunks of rows and samples; float64 accumulation. -> float64 [N, B, S]."""
     N, B, L = xs_NxBxL.shape
     # Samples per call so that (rows x samples) fits batch_size.
@@ -134,6 +134,12 @@ def _run(denoiser, xs_NxBxL, target_BxL, key, spec, vocab_size, num_samples, bat
     b_chunk = max(1, min(B, batch_size // s_chunk))
     out = np.zeros((N, B, num_samples), np.float64)
     # Every call has the same shape (the last chunk is padded and trimmed): one compilation.
+    bar = None
+    if progress:
+        import tqdm  # progress bar with ETA on long evaluations
+
+        n_calls = math.ceil(B / b_chunk) * math.ceil(num_samples / s_chunk) * (N if independent else 1)
+        bar = tqdm.tqdm(total=n_calls, desc=f"{spec.name} ({B} seq x {num_samples} MC)", unit="batch")
     for b0 in range(0, B, b_chunk):
         b1 = min(B, b0 + b_chunk)
         rows = np.arange(b0, b0 + b_chunk) % B
@@ -150,6 +156,10 @@ def _run(denoiser, xs_NxBxL, target_BxL, key, spec, vocab_size, num_samples, bat
                 vals = _chunk_values(denoiser, spec, vocab_size, s_chunk, k,
                                      xs_NxBxL[:, rows], target_BxL[rows])
                 out[:, b0:b1, s0:s1] = np.asarray(vals, np.float64)[:, : b1 - b0, : s1 - s0]
+            if bar is not None:
+                bar.update(N if independent else 1)
+    if bar is not None:
+        bar.close()
     if not np.all(np.isfinite(out)):
         bad = np.argwhere(~np.isfinite(out))[0]
         raise FloatingPointError(
@@ -180,7 +190,7 @@ def _warn_lambda(estimator):
 
 def nll(denoiser, x_BxL, key, *, estimator: str = "time_free", num_samples: int = 128,
         batch_size: int = 1024, target_BxL=None, schedule=None, vocab_size: int | None = None,
-        ) -> Estimate:
+        progress: bool = False) -> Estimate:
     """Estimate -log p(x) (or -log p(x[target] | x[rest])) per sequence, in nats.
 
     Args:
@@ -196,6 +206,7 @@ def nll(denoiser, x_BxL, key, *, estimator: str = "time_free", num_samples: int 
       schedule: Schedule for t_dce (and to map mask fractions to times for time-conditioned
         denoisers). Default linear with eps = 1e-4.
       vocab_size: V (default: denoiser.vocab_size).
+      progress: show a progress bar with ETA (tqdm) on stderr.
     Returns: Estimate with samples float64 [B, S].
     Raises: TypeError/ValueError for non-integer, wrongly shaped or out-of-vocabulary x, a
       target of the wrong shape, num_samples < 2; FloatingPointError if the denoiser gives
@@ -213,7 +224,8 @@ def nll(denoiser, x_BxL, key, *, estimator: str = "time_free", num_samples: int 
             raise ValueError(f"target_BxL must be bool with shape {x.shape}; got {target.dtype} {target.shape}")
     inf_var = _warn_lambda(estimator)
     spec = _spec(estimator, schedule)
-    vals = _run(denoiser, x[None], target, key, spec, V, int(num_samples), int(batch_size), False)
+    vals = _run(denoiser, x[None], target, key, spec, V, int(num_samples), int(batch_size), False,
+                progress=progress)
     return Estimate(estimator, vals[0], forward_passes=int(num_samples), infinite_variance=inf_var)
 
 

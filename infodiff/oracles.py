@@ -264,6 +264,22 @@ class TabularOracle(_Oracle):
         """n i.i.d. sequences, int32 [n, L]."""
         return self.seqs[rng.choice(len(self.probs), size=n, p=self.probs)]
 
+    def sample_response(self, rng: np.random.Generator, prompt_BxP) -> np.ndarray:
+        """Draw y ~ p(y | prompt) for each prompt (prefix of length P), int32 [B, L - P].
+
+        Raises ValueError if a prompt has probability 0 under the table.
+        """
+        prompt = np.asarray(prompt_BxP)
+        P = prompt.shape[1]
+        out = []
+        for b, row in enumerate(prompt):
+            match = np.all(self.seqs[:, :P] == row[None], axis=1)
+            if not match.any():
+                raise ValueError(f"prompt {b} has probability 0 under the table")
+            p = self.probs * match
+            out.append(self.seqs[rng.choice(len(p), p=p / p.sum()), P:])
+        return np.asarray(out, np.int32)
+
     def entropy(self) -> float:
         """H(X) in nats."""
         return float(-np.sum(self.probs * np.log(self.probs)))
@@ -294,7 +310,7 @@ class MarkovOracle(_Oracle):
         rows = P.sum(1)
         if np.any(np.abs(rows - 1) > _SUM_TOL):
             s = int(np.argmax(np.abs(rows - 1)))
-            raise ValueError(f"transition row of context {self._ctx_str(s, k)!r} sums to {rows[s]!r}, not 1")
+            raise ValueError(f"transition row of context {self._ctx_str(s, k)!r} sums to {float(rows[s])!r}, not 1")
         self.order = k
         self.trans = P / rows[:, None]
         self.seq_len = seq_len
@@ -365,7 +381,7 @@ class MarkovOracle(_Oracle):
                 if not isinstance(sym, str) or sym not in index or len(sym) != 1:
                     raise ValueError(f"Markov table: context {c!r}: malformed symbol key {sym!r}")
                 P[s, index[sym]] = _check_prob(p, f"Markov table[{c!r}][{sym!r}]")
-            total = P[s].sum()
+            total = float(P[s].sum())
             if abs(total - 1) > _SUM_TOL:
                 raise ValueError(f"Markov table: row of context {c!r} sums to {total!r}, not 1")
         if len(seen) != V**k:
@@ -464,8 +480,23 @@ class MarkovOracle(_Oracle):
         L = length or self.seq_len
         if not L:
             raise ValueError("sample() needs a length")
+        s = rng.choice(self.vocab_size**self.order, size=n, p=self.stationary)
+        return self._run_chain(rng, s, L)
+
+    def sample_response(self, rng: np.random.Generator, prompt_BxP, length: int) -> np.ndarray:
+        """y ~ p(y | prompt): continue each prompt (length >= order) by `length` symbols."""
+        prompt = np.asarray(prompt_BxP)
+        V, k = self.vocab_size, self.order
+        if prompt.shape[1] < k:
+            raise ValueError(f"prompt length {prompt.shape[1]} is shorter than the order {k}")
+        s = np.zeros(len(prompt), np.int64)
+        for i in range(k):
+            s = s * V + prompt[:, prompt.shape[1] - k + i]
+        return self._run_chain(rng, s, length)
+
+    def _run_chain(self, rng, s, L):
         V, S = self.vocab_size, self.vocab_size**self.order
-        s = rng.choice(S, size=n, p=self.stationary)
+        n = len(s)
         out = np.zeros((n, L), np.int32)
         cum = np.cumsum(self.trans, axis=1)
         for j in range(L):

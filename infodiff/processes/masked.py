@@ -300,6 +300,18 @@ def diffusion_loss(
 # ---------------------------------------------------------------------------------------------
 # Sampling
 # ---------------------------------------------------------------------------------------------
+def exponential_from_bits(hi, lo):
+    """Exp(1) variates E = -log1p(-U) from two uint32 words, U = (hi + (lo + 1/2) 2^-32) 2^-32.
+
+    U has resolution about 2^-64 near 0, so E reaches ~1e-20 instead of float32 uniform's
+    2^-24 floor; U is capped at 1 - 2^-24 (E <= 16.6, a tail of probability 6e-8).
+    float32 output, same shape as hi.
+    """
+    u = hi.astype(jnp.float32) * (2.0**-32) + (lo.astype(jnp.float32) + 0.5) * (2.0**-64)
+    u = jnp.minimum(u, 1.0 - 2.0**-24)
+    return -jnp.log1p(-u)
+
+
 def sample_categorical(key: jax.Array, logprobs_NxV: jax.Array) -> jax.Array:
     """Exact-tail categorical draw: argmax_v (log p_v - log E_v), E_v ~ Exp(1).
 
@@ -310,11 +322,9 @@ def sample_categorical(key: jax.Array, logprobs_NxV: jax.Array) -> jax.Array:
     """
     k1, k2 = jax.random.split(key)
     shape = logprobs_NxV.shape
-    hi = jax.random.bits(k1, shape, jnp.uint32).astype(jnp.float32)
-    lo = jax.random.bits(k2, shape, jnp.uint32).astype(jnp.float32)
-    u = hi * (2.0**-32) + (lo + 0.5) * (2.0**-64)
-    u = jnp.minimum(u, 1.0 - 2.0**-24)
-    log_e = jnp.log(-jnp.log1p(-u))
+    hi = jax.random.bits(k1, shape, jnp.uint32)
+    lo = jax.random.bits(k2, shape, jnp.uint32)
+    log_e = jnp.log(exponential_from_bits(hi, lo))
     return jnp.argmax(logprobs_NxV.astype(jnp.float32) - log_e, axis=-1).astype(jnp.int32)
 
 

@@ -1,0 +1,56 @@
+"""Likelihood report with standard errors.
+
+  python evaluate.py --workdir runs/masked_text                       # trained model, test split
+  python evaluate.py --workdir runs/masked_text --config.eval.estimator=k_dce --config.eval.num_samples=8
+  python evaluate.py --config configs/oracle_tabular.py --config.data.path=FILE.json
+  python evaluate.py --config configs/oracle_markov.py
+
+Writes report.json (schema in README.md) and report.txt into the workdir (or
+config.eval.output_dir in oracle mode) and prints the table.
+"""
+
+import os
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+
+def _default_config_from_workdir(argv):
+    """Without --config, evaluate the run's own saved config (configs/saved_run.py:WORKDIR)."""
+    if any(a == "--config" or a.startswith("--config=") for a in argv):
+        return argv
+    workdir = None
+    for i, a in enumerate(argv):
+        if a.startswith("--workdir="):
+            workdir = a.split("=", 1)[1]
+        elif a == "--workdir" and i + 1 < len(argv):
+            workdir = argv[i + 1]
+    if workdir is None:
+        return argv
+    here = os.path.dirname(os.path.abspath(__file__))
+    return argv[:1] + [f"--config={os.path.join(here, 'configs', 'saved_run.py')}:{workdir}"] + argv[1:]
+
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file("config", None, "Experiment config file (default: the run's saved config).",
+                                lock_config=True)
+flags.DEFINE_string("workdir", None, "Training run directory (network mode).")
+
+
+def main(argv):
+    del argv
+    from infodiff import evaluation
+
+    if FLAGS.config is None:
+        raise app.UsageError("give --workdir (a training run) or --config (e.g. configs/oracle_markov.py)")
+    report, out_dir = evaluation.evaluate(FLAGS.config, FLAGS.workdir)
+    jpath, _ = evaluation.write_report(report, out_dir)
+    print(evaluation.format_report(report))
+    print(f"\nreport written to {jpath}")
+
+
+if __name__ == "__main__":
+    logging.set_verbosity(logging.WARNING)
+    sys.argv = _default_config_from_workdir(sys.argv)
+    app.run(main)

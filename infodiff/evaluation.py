@@ -1,0 +1,332 @@
+"""Likelihood reports: a trained network on a text split, or every estimator with an oracle.
+
+`evaluate(config, workdir)` dispatches on config.data.name: 'text' -> `evaluate_network`,
+'tabular' / 'markov' -> `evaluate_oracle`. Both return a JSON-serialisable report (schema in
+README.md, "report.json") that `write_report` saves as report.json plus report.txt, the
+readable table that `format_report` prints.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import time
+import warnings
+
+import jax
+import ml_collections
+import numpy as np
+
+from infodiff import likelihood as lk
+from infodiff import oracles
+from infodiff import schedules as schedules_lib
+
+REPORT_VERSION = 1
+LN2 = math.log(2.0)
+
+
+def _schedule(config):
+    p = config.process
+    return schedules_lib.get_schedule(p.schedule, eps=p.get("eps", None))
+
+
+def _env() -> dict:
+    return {
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "devices": len(jax.devices()),
+        "python": platform.python_version(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Trained network on a text split
+# ---------------------------------------------------------------------------------------------
+def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Test-split NLL of a trained masked-diffusion model, with a standard error.
+
+    Loads the latest checkpoint in `workdir` (EMA parameters unless config.eval.use_ema is
+    False), cuts the split into non-overlapping chunks of config.data.seq_len characters
+    (remainder dropped; config.eval.max_sequences > 0 keeps a random subset of that many),
+    and runs `likelihood.nll` with config.eval.estimator and config.eval.num_samples masks
+    per chunk.
+
+    Units: nats per sequence and bits per character (= nats per sequence / (L ln 2)).
+    Standard error: with every chunk of the split evaluated, the split NLL is a fixed
+    quantity and the SE is the Monte Carlo error sqrt(sum_b se_b^2) / N; with a subset of
+    chunks, it is the standard deviation of the per-chunk estimates / sqrt(N) (data + Monte
+    Carlo). Raises FileNotFoundError for a workdir without checkpoints.
+    """
+    from infodiff import training  # heavy imports only when needed
+    from infodiff.data import text
+
+    t0 = time.time()
+    ev = config.eval
+    corpus = text.load_corpus(path=config.data.path or None, cache_dir=config.data.cache_dir or None)
+    split = corpus.split(ev.split)
+    L = int(config.data.seq_len)
+    chunks = text.eval_chunks(split, L)
+    total_chunks = len(chunks)
+    subset = bool(ev.max_sequences) and ev.max_sequences < total_chunks
+    if subset:
+        rng = np.random.default_rng(ev.seed)
+        chunks = chunks[np.sort(rng.choice(total_chunks, ev.max_sequences, replace=False))]
+
+    state, meta = training.load_checkpoint(workdir, config=config)
+    params = state.ema_params if ev.use_ema else state.params
+    denoiser = training.make_denoiser(training.make_model(config), params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        est = lk.nll(denoiser, chunks, jax.random.PRNGKey(ev.seed), estimator=ev.estimator,
+                     num_samples=int(ev.num_samples), batch_size=int(ev.batch_size),
+                     schedule=_schedule(config), progress=True)
+    means = est.mean
+    N = len(means)
+    nll = float(means.mean())
+    se_mc = float(np.sqrt(np.sum(est.stderr**2)) / N)
+    se_data = float(means.std(ddof=1) / math.sqrt(N)) if N > 1 else float("nan")
+    se = se_data if subset else se_mc
+    unigram = text.unigram_entropy_bits(corpus.train)
+    report = {
+        "version": REPORT_VERSION,
+        "kind": "network",
+        "workdir": os.path.abspath(workdir),
+        "checkpoint_step": int(meta["step"]),
+        "params": "ema" if ev.use_ema else "raw",
+        "data": {"corpus": corpus.name, "split": ev.split, "checksum": corpus.checksums.get(
+            "valid" if ev.split in ("valid", "validation") else ev.split),
+                 "seq_len": L, "num_sequences": N, "total_chunks": total_chunks,
+                 "unigram_entropy_bits_per_char": unigram},
+        "estimator": ev.estimator,
+        "infinite_variance": est.infinite_variance,
+        "num_samples_per_sequence": est.num_samples,
+        "forward_passes": est.forward_passes * N,
+        "nll_nats_per_sequence": nll,
+        "nll_stderr": se,
+        "stderr_kind": "data+mc (subset of chunks)" if subset else "mc (all chunks)",
+        "stderr_mc": se_mc,
+        "stderr_data_and_mc": se_data,
+        "bits_per_char": nll / (L * LN2),
+        "bits_per_char_stderr": se / (L * LN2),
+        "per_sample_std_nats": float(np.sqrt(np.mean(est.per_sample_std**2))),
+        "seed": int(ev.seed),
+        "wall_time_s": time.time() - t0,
+        "env": _env(),
+        "config": json.loads(config.to_json_best_effort()),
+    }
+    return report
+
+
+# ---------------------------------------------------------------------------------------------
+# Oracle mode
+# ---------------------------------------------------------------------------------------------
+def _load_or_make_oracle(config, out_dir):
+    d = config.data
+    alphabet = d.get("alphabet", "") or None
+    if d.path:
+        kind = d.name
+        orc = oracles.load_oracle(kind, d.path, alphabet=alphabet)
+        source = os.path.abspath(d.path)
+    else:
+        rng = np.random.default_rng(d.seed)
+        if d.name == "tabular":
+            orc = oracles.random_tabular(rng, "ACGT", d.seq_len, d.num_support, d.temperature)
+        elif d.name == "markov":
+            orc = oracles.random_markov(rng, d.generated_alphabet, d.order, d.temperature)
+        else:
+            raise ValueError(f"unknown oracle data.name {d.name!r}")
+        os.makedirs(out_dir, exist_ok=True)
+        source = os.path.join(os.path.abspath(out_dir), f"generated_{d.name}.json")
+        with open(source, "w") as f:
+            json.dump(orc.to_json(), f, indent=1)
+    return orc, source
+
+
+def _summarise(est: lk.Estimate, truth: np.ndarray, budget: int = 1024) -> dict:
+    """Per-estimator summary over sequences: bias and its SE, per-sample spread."""
+    N = len(truth)
+    bias = est.mean - truth
+    bias_se = float(np.sqrt(np.sum(est.stderr**2)) / N)
+    var_sample = float(np.mean(est.per_sample_std**2))
+    fp_per_sample = est.forward_passes / est.num_samples
+    return {
+        "estimator": est.estimator,
+        "mean_estimate": float(est.mean.mean()),
+        "mean_exact": float(truth.mean()),
+        "bias": float(bias.mean()),
+        "bias_stderr": bias_se,
+        "bias_z": float(bias.mean() / bias_se) if bias_se > 0 else float("nan"),
+        "max_abs_z_per_sequence": float(np.max(np.abs(bias / est.stderr))),
+        "per_sample_std": math.sqrt(var_sample),
+        "per_sample_variance": var_sample,
+        "variance_per_forward_pass": var_sample * fp_per_sample,
+        f"stderr_at_{budget}_forward_passes": math.sqrt(var_sample * fp_per_sample / budget),
+        "num_samples": est.num_samples,
+        "forward_passes": est.forward_passes,
+        "infinite_variance": est.infinite_variance,
+    }
+
+
+def evaluate_oracle(config: ml_collections.ConfigDict) -> dict:
+    """Run every estimator with the exact oracle denoiser and compare with the exact NLL.
+
+    Unconditional -log p(x) for every config (x drawn from the distribution). With a prompt
+    (markov: data.prompt_len / response_len; tabular: data.prompt_len > 0) also the
+    conditional -log p(y | x) and log-ratios log p(y | x) - log p(y' | x), y' ~ p(. | x),
+    coupled (shared masks, Eq. 18) and decoupled. Units: nats per sequence / response.
+    """
+    t0 = time.time()
+    ev, d = config.eval, config.data
+    out_dir = ev.output_dir
+    orc, source = _load_or_make_oracle(config, out_dir)
+    rng = np.random.default_rng(ev.seed)
+    if d.name == "markov":
+        P, R = int(d.prompt_len), int(d.response_len)
+        if P + R < 1:
+            raise ValueError("data.prompt_len + data.response_len must be >= 1")
+        x = orc.sample(rng, ev.num_sequences, length=P + R)
+    else:
+        x = orc.sample(rng, ev.num_sequences)
+        P = int(d.get("prompt_len", 0))
+        R = x.shape[1] - P
+    estimators = [e.strip() for e in ev.estimators.split(",") if e.strip()]
+    sched = _schedule(config)
+    key = jax.random.PRNGKey(ev.seed)
+    kw = dict(num_samples=int(ev.num_samples), batch_size=int(ev.batch_size), schedule=sched)
+    results = {"unconditional": [], "conditional": [], "ratio": []}
+    truth_x = -orc.log_prob(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for i, name in enumerate(estimators):
+            k = jax.random.fold_in(key, i)
+            est = lk.nll(orc, x, jax.random.fold_in(k, 0), estimator=name, **kw)
+            results["unconditional"].append(_summarise(est, truth_x))
+            if P > 0 and R > 0:
+                prompt, y = x[:, :P], x[:, P:]
+                target = np.zeros(x.shape, bool)
+                target[:, P:] = True
+                truth_c = -orc.cond_log_prob(x, target)
+                est = lk.conditional_nll(orc, prompt, y, jax.random.fold_in(k, 1), estimator=name, **kw)
+                results["conditional"].append(_summarise(est, truth_c))
+                y_alt = (orc.sample_response(rng, prompt, R) if d.name == "markov"
+                         else orc.sample_response(rng, prompt))
+                x_alt = np.concatenate([prompt, y_alt], axis=1)
+                truth_r = orc.cond_log_prob(x, target) - orc.cond_log_prob(x_alt, target)
+                pair = {}
+                for coupled in (True, False):
+                    est = lk.log_ratio(orc, prompt, y, y_alt, jax.random.fold_in(k, 2 + coupled),
+                                       coupled=coupled, estimator=name, **kw)
+                    pair["coupled" if coupled else "decoupled"] = _summarise(est, truth_r)
+                pair["estimator"] = name
+                pair["variance_ratio_decoupled_over_coupled"] = (
+                    pair["decoupled"]["per_sample_variance"] / pair["coupled"]["per_sample_variance"])
+                results["ratio"].append(pair)
+    return {
+        "version": REPORT_VERSION,
+        "kind": "oracle",
+        "oracle": d.name,
+        "table": source,
+        "alphabet": orc.alphabet,
+        "order": getattr(orc, "order", None),
+        "seq_len": int(x.shape[1]),
+        "prompt_len": P,
+        "num_sequences": int(x.shape[0]),
+        "schedule": {"name": sched.name, "eps": getattr(sched, "eps", None)},
+        "results": results,
+        "seed": int(ev.seed),
+        "wall_time_s": time.time() - t0,
+        "env": _env(),
+        "config": json.loads(config.to_json_best_effort()),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+# ---------------------------------------------------------------------------------------------
+def _table(headers, rows):
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
+    line = "  ".join(str(h).rjust(w) for h, w in zip(headers, widths))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(str(c).rjust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(out)
+
+
+def format_report(report: dict) -> str:
+    """Human-readable table of a report (what evaluate.py prints)."""
+    if report["kind"] == "network":
+        d = report["data"]
+        rows = [
+            ["estimator", report["estimator"] + (" (INFINITE VARIANCE: SE unreliable)" if report["infinite_variance"] else "")],
+            ["checkpoint", f"step {report['checkpoint_step']} ({report['params']} params)"],
+            ["data", f"{d['corpus']} / {d['split']}: {d['num_sequences']} of {d['total_chunks']} chunks x {d['seq_len']} chars"],
+            ["MC samples / sequence", report["num_samples_per_sequence"]],
+            ["forward passes", report["forward_passes"]],
+            ["NLL (nats / sequence)", f"{report['nll_nats_per_sequence']:.4f} ± {report['nll_stderr']:.4f}"],
+            ["bits per character", f"{report['bits_per_char']:.4f} ± {report['bits_per_char_stderr']:.4f}  [{report['stderr_kind']}]"],
+            ["unigram entropy (train)", f"{d['unigram_entropy_bits_per_char']:.4f} bits/char"],
+            ["wall time", f"{report['wall_time_s']:.1f} s"],
+        ]
+        return "infodiff likelihood report\n" + _table(["quantity", "value"], rows)
+
+    parts = [f"infodiff oracle report: {report['oracle']} ({report['table']}), "
+             f"{report['num_sequences']} sequences of length {report['seq_len']}"
+             + (f", prompt {report['prompt_len']}" if report["prompt_len"] else "")]
+    headers = ["estimator", "estimate", "exact", "bias ± SE", "z", "sd/sample", "var/fwd", "SE@1024"]
+
+    def rows_of(items):
+        rows = []
+        for r in items:
+            rows.append([
+                r["estimator"] + (" (inf. var.)" if r["infinite_variance"] else ""),
+                f"{r['mean_estimate']:.4f}", f"{r['mean_exact']:.4f}",
+                f"{r['bias']:+.4f} ± {r['bias_stderr']:.4f}", f"{r['bias_z']:+.2f}",
+                f"{r['per_sample_std']:.3f}", f"{r['variance_per_forward_pass']:.3f}",
+                f"{r['stderr_at_1024_forward_passes']:.4f}",
+            ])
+        return rows
+
+    res = report["results"]
+    parts.append("\n-log p(x), nats per sequence\n" + _table(headers, rows_of(res["unconditional"])))
+    if res["conditional"]:
+        parts.append("\n-log p(y | x), nats per response\n" + _table(headers, rows_of(res["conditional"])))
+    if res["ratio"]:
+        items = []
+        for pair in res["ratio"]:
+            for kind in ("coupled", "decoupled"):
+                r = dict(pair[kind])
+                r["estimator"] = f"{pair['estimator']}:{kind}"
+                items.append(r)
+        parts.append("\nlog p(y | x) - log p(y' | x), nats\n" + _table(headers, rows_of(items)))
+        parts.append("variance ratio decoupled / coupled: " + ", ".join(
+            f"{p['estimator']} {p['variance_ratio_decoupled_over_coupled']:.1f}x" for p in res["ratio"]))
+    parts.append(f"\nwall time {report['wall_time_s']:.1f} s")
+    return "\n".join(parts)
+
+
+def write_report(report: dict, out_dir: str) -> tuple[str, str]:
+    """Write report.json and report.txt into out_dir; return their paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    jpath = os.path.join(out_dir, "report.json")
+    tpath = os.path.join(out_dir, "report.txt")
+    tmp = jpath + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(report, f, indent=2)
+    os.replace(tmp, jpath)
+    with open(tpath, "w") as f:
+        f.write(format_report(report) + "\n")
+    return jpath, tpath
+
+
+def evaluate(config: ml_collections.ConfigDict, workdir: str | None) -> tuple[dict, str]:
+    """Dispatch on config.data.name; returns (report, output directory)."""
+    name = config.data.name
+    if name in ("tabular", "markov"):
+        return evaluate_oracle(config), config.eval.output_dir
+    if name in ("text", "text8"):
+        if not workdir:
+            raise ValueError("evaluating a trained model needs --workdir (the training run's directory)")
+        return evaluate_network(config, workdir), workdir
+    raise ValueError(f"unknown config.data.name {name!r}")

@@ -1,0 +1,365 @@
+"""Bidirectional transformer denoiser for masked (absorbing) discrete diffusion.
+
+The network maps a partially masked sequence ``z_BxL`` (token ids in
+``[0, V]``, id ``V`` being the MASK / absorbing token) to log-probabilities
+over the ``V`` real tokens at every position, ``logprobs_BxLxV``.  The mask
+class is never predicted, so the output already lives on the simplex the
+reverse process needs (``x_0 | z_t``).
+
+Architecture (pre-LN, non-causal):
+
+* token embedding ``(V + 1) x D``;
+* ``num_layers`` blocks of
+  ``x += Dropout(OutProj(Attn(RoPE(q), RoPE(k), v)))`` with ``q, k, v`` from a
+  bias-free ``Dense(3D)`` of ``LN(x)``, and
+  ``x += Dropout(Dense(D)(GELU_tanh(Dense(mlp_ratio * D)(LN(x)))))``;
+* final ``LN`` and ``Dense(V)`` head with zero-initialised kernel and bias, so
+  at initialisation every output equals ``-log V`` exactly (the uniform
+  distribution over real tokens).
+
+Sources:
+
+* RADD -- Ou et al., "Your Absorbing Discrete Diffusion Secretly Models the
+  Conditional Distributions of Clean Data", arXiv:2406.03736.  §3
+  (Theorem 1) shows the concrete score of absorbing diffusion factorises into
+  a time-independent conditional distribution of clean data times an analytic
+  function of t, which motivates the time-free network (their "DDiT without
+  time" backbone: SEDD's DiT-style transformer with rotary embeddings and a
+  zero-initialised output layer, time conditioning removed).
+* MD4 -- Shi et al., "Simplified and Generalized Masked Diffusion for Discrete
+  Data", arXiv:2406.04329: time-conditioned transformer with a sinusoidal
+  embedding of ``1000 * t``.
+* RoPE -- Su et al., "RoFormer: Enhanced Transformer with Rotary Position
+  Embedding", arXiv:2104.09864 (2021); the "rotate-half" pairing
+  (dimension ``i`` paired with ``i + K/2``) as in GPT-NeoX / RADD's DDiT.
+* adaLN -- Peebles & Xie, "Scalable Diffusion Models with Transformers"
+  (DiT), arXiv:2212.09748: time-dependent scale/shift of LayerNorm outputs.
+
+Dtype policy: parameters are float32.  Matmuls (embedding lookup excluded)
+run in ``Transformer.dtype`` (float32 or bfloat16).  The residual stream,
+every LayerNorm, the attention softmax, RoPE's sin/cos, the whole time
+conditioning path and the final ``log_softmax`` are float32.  The output is
+always float32.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+__all__ = [
+    "Transformer",
+    "apply_rope",
+    "timestep_embedding",
+    "count_params",
+    "flops_per_token",
+]
+
+# PyTorch / RADD default LayerNorm epsilon.
+_LN_EPS = 1e-5
+# Number of sinusoidal features of the time embedding (DiT's
+# ``frequency_embedding_size``).
+_TIME_FREQ_DIM = 256
+# MD4 embeds ``1000 * t`` so that the sinusoid frequencies (designed for
+# integer DDPM step indices in [0, 1000)) resolve t in [0, 1].
+_TIME_SCALE = 1000.0
+
+
+# --------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------
+
+
+def apply_rope(x_BxLxHxK: jax.Array, positions_L: jax.Array,
+               base: float = 10000.0) -> jax.Array:
+    """Applies rotary position embeddings (RoPE) with rotate-half pairing.
+
+    Feature ``i`` is paired with feature ``i + K/2`` (``i < K/2``) and the pair
+    is rotated by angle ``pos * base**(-2i/K)``:
+
+        out = x * cos(theta) + rotate_half(x) * sin(theta),
+        rotate_half([x1, x2]) = [-x2, x1].
+
+    Hence ``<apply_rope(q, i), apply_rope(k, j)>`` depends on the positions
+    only through ``j - i`` (Su et al. 2021, §3.4).
+
+    Args:
+      x_BxLxHxK: queries or keys, shape ``[..., L, H, K]`` (any leading batch
+        dims), ``K`` even, any float dtype.
+      positions_L: positions of the ``L`` entries, shape ``[L]``, integer or
+        float (units: token index).
+      base: wavelength base (10000 as in RoPE / RADD).
+
+    Returns:
+      Rotated array, same shape and dtype as ``x_BxLxHxK``.  The rotation is
+      computed in float32 and cast back.
+
+    Raises:
+      ValueError: if the last axis is odd or ``positions_L`` does not have
+        shape ``[L]``.
+    """
+    K = x_BxLxHxK.shape[-1]
+    if K % 2:
+        raise ValueError(f"RoPE needs an even head dim, got shape {x_BxLxHxK.shape}")
+    if x_BxLxHxK.ndim < 3 or positions_L.shape != (x_BxLxHxK.shape[-3],):
+        raise ValueError(
+            f"positions shape {positions_L.shape} does not match x shape "
+            f"{x_BxLxHxK.shape} (expected [..., L, H, K] and [L])")
+    half = K // 2
+    inv_freq_K2 = base ** (-jnp.arange(half, dtype=jnp.float32) * 2.0 / K)
+    theta_LxK2 = positions_L.astype(jnp.float32)[:, None] * inv_freq_K2[None, :]
+    theta_LxK = jnp.concatenate([theta_LxK2, theta_LxK2], axis=-1)
+    cos_Lx1xK = jnp.cos(theta_LxK)[:, None, :]
+    sin_Lx1xK = jnp.sin(theta_LxK)[:, None, :]
+    x = x_BxLxHxK.astype(jnp.float32)
+    x1, x2 = x[..., :half], x[..., half:]
+    rot = jnp.concatenate([-x2, x1], axis=-1)
+    out = x * cos_Lx1xK + rot * sin_Lx1xK
+    return out.astype(x_BxLxHxK.dtype)
+
+
+def timestep_embedding(t_B: jax.Array, dim: int = _TIME_FREQ_DIM,
+                       max_period: float = 10000.0) -> jax.Array:
+    """Sinusoidal embedding of ``1000 * t`` (MD4 / DiT convention).
+
+    Args:
+      t_B: diffusion times in ``[0, 1]``, shape ``[B]``.
+      dim: embedding dimension (even).
+      max_period: longest wavelength, in units of ``1000 * t``.
+
+    Returns:
+      ``[cos(1000 t f_i), sin(1000 t f_i)]`` with
+      ``f_i = max_period**(-i / (dim/2))``; shape ``[B, dim]``, float32.
+    """
+    half = dim // 2
+    freqs_H = jnp.exp(-math.log(max_period) * jnp.arange(half, dtype=jnp.float32) / half)
+    args_BxH = (_TIME_SCALE * t_B.astype(jnp.float32))[:, None] * freqs_H[None, :]
+    return jnp.concatenate([jnp.cos(args_BxH), jnp.sin(args_BxH)], axis=-1)
+
+
+# --------------------------------------------------------------------------
+# Modules
+# --------------------------------------------------------------------------
+
+
+class _Norm(nn.Module):
+    """float32 LayerNorm, optionally modulated by a conditioning vector.
+
+    ``y = LN(x)`` or, with ``c_BxC`` given (adaLN, DiT),
+    ``y = LN(x) * (1 + scale(c)) + shift(c)`` where ``[shift, scale]`` is a
+    zero-initialised ``Dense(2D)`` of ``silu(c)``: at initialisation the
+    modulation is the identity.
+    """
+
+    @nn.compact
+    def __call__(self, x_BxLxD: jax.Array, c_BxC: Optional[jax.Array]) -> jax.Array:
+        D = x_BxLxD.shape[-1]
+        y_BxLxD = nn.LayerNorm(epsilon=_LN_EPS, dtype=jnp.float32, name="ln")(
+            x_BxLxD.astype(jnp.float32))
+        if c_BxC is None:
+            return y_BxLxD
+        mod_Bx2D = nn.Dense(2 * D, dtype=jnp.float32, kernel_init=nn.initializers.zeros,
+                            bias_init=nn.initializers.zeros, name="adaln_mod")(nn.silu(c_BxC))
+        shift_BxD, scale_BxD = jnp.split(mod_Bx2D, 2, axis=-1)
+        return y_BxLxD * (1.0 + scale_BxD[:, None, :]) + shift_BxD[:, None, :]
+
+
+class _Block(nn.Module):
+    """Pre-LN transformer block: full self-attention with RoPE, then GELU MLP."""
+
+    num_heads: int
+    mlp_ratio: int
+    dropout: float
+    dtype: Any
+
+    @nn.compact
+    def __call__(self, x_BxLxD: jax.Array, c_BxC: Optional[jax.Array],
+                 train: bool) -> jax.Array:
+        B, L, D = x_BxLxD.shape
+        H = self.num_heads
+        K = D // H
+
+        # --- attention ---
+        h_BxLxD = _Norm(name="norm_attn")(x_BxLxD, c_BxC)
+        qkv_BxLx3D = nn.Dense(3 * D, use_bias=False, dtype=self.dtype, name="qkv")(h_BxLxD)
+        qkv_BxLx3xHxK = qkv_BxLx3D.reshape(B, L, 3, H, K)
+        q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = (qkv_BxLx3xHxK[:, :, i] for i in range(3))
+        pos_L = jnp.arange(L)
+        q_BxLxHxK = apply_rope(q_BxLxHxK, pos_L)
+        k_BxLxHxK = apply_rope(k_BxLxHxK, pos_L)
+        # scores accumulate and are returned in float32 (even for bf16 inputs);
+        # the softmax is float32.
+        scores_BxHxLxL = jnp.einsum("bqhk,bshk->bhqs", q_BxLxHxK, k_BxLxHxK,
+                                    preferred_element_type=jnp.float32) / math.sqrt(K)
+        attn_BxHxLxL = jax.nn.softmax(scores_BxHxLxL, axis=-1)
+        o_BxLxHxK = jnp.einsum("bhqs,bshk->bqhk", attn_BxHxLxL.astype(self.dtype), v_BxLxHxK)
+        o_BxLxD = nn.Dense(D, use_bias=False, dtype=self.dtype, name="attn_out")(
+            o_BxLxHxK.reshape(B, L, D))
+        if self.dropout > 0.0:
+            o_BxLxD = nn.Dropout(self.dropout, name="drop_attn")(o_BxLxD, deterministic=not train)
+        x_BxLxD = x_BxLxD + o_BxLxD.astype(jnp.float32)
+
+        # --- MLP ---
+        h_BxLxD = _Norm(name="norm_mlp")(x_BxLxD, c_BxC)
+        h_BxLxF = nn.Dense(self.mlp_ratio * D, dtype=self.dtype, name="mlp_in")(h_BxLxD)
+        h_BxLxF = nn.gelu(h_BxLxF, approximate=True)
+        h_BxLxD = nn.Dense(D, dtype=self.dtype, name="mlp_out")(h_BxLxF)
+        if self.dropout > 0.0:
+            h_BxLxD = nn.Dropout(self.dropout, name="drop_mlp")(h_BxLxD, deterministic=not train)
+        return x_BxLxD + h_BxLxD.astype(jnp.float32)
+
+
+class Transformer(nn.Module):
+    """Bidirectional transformer denoiser ``z_t -> log p(x_0 | z_t)``.
+
+    Modelled on RADD's "DDiT without time" (arXiv:2406.03736) and, with
+    ``time_conditioning=True``, MD4's time-conditioned transformer
+    (arXiv:2406.04329).  See the module docstring for the architecture and
+    dtype policy.
+
+    Time conditioning (``time_conditioning=True``): ``c = MLP(sin/cos(1000 t))``
+    (``Dense(D) -> SiLU -> Dense(D)`` on a 256-dim sinusoidal embedding), and
+    *every* LayerNorm (two per block plus the final one) is adaLN-modulated:
+    ``LN(x) * (1 + scale(c)) + shift(c)`` with a zero-initialised per-norm
+    ``Dense(2D)`` of ``silu(c)``.  No adaLN-Zero gates are used, so the two
+    variants have identical residual paths and at initialisation the
+    time-conditioned network computes exactly the time-free function.  The
+    conditioning path runs in float32 (it is per sequence, not per token).
+
+    Attributes:
+      vocab_size: ``V``, number of real tokens.  Inputs are ids in ``[0, V]``;
+        id ``V`` is MASK.  Out-of-range ids are not checked (they cannot be
+        at trace time) and produce NaN embeddings (``jnp.take`` fill mode).
+      seq_len: maximum sequence length ``L``; shorter inputs are accepted.
+      num_layers: number of transformer blocks.
+      num_heads: attention heads; ``width`` must be divisible by it and the
+        head dim ``width // num_heads`` must be even (RoPE).
+      width: model dimension ``D``.
+      mlp_ratio: MLP hidden size is ``mlp_ratio * D``.
+      dropout: dropout rate after the attention output projection and after
+        the MLP, active only when ``train=True`` (rng collection
+        ``'dropout'``).
+      time_conditioning: if False (RADD-style), ``t_B`` is ignored entirely.
+      dtype: compute dtype for matmuls (e.g. ``jnp.bfloat16``).  Parameters,
+        LayerNorm, softmax and the output ``log_softmax`` stay float32.
+    """
+
+    vocab_size: int
+    seq_len: int
+    num_layers: int = 4
+    num_heads: int = 4
+    width: int = 128
+    mlp_ratio: int = 4
+    dropout: float = 0.0
+    time_conditioning: bool = False
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, z_BxL: jax.Array, t_B: Optional[jax.Array] = None, *,
+                 train: bool = False) -> jax.Array:
+        """Computes log-probabilities of the clean tokens.
+
+        Args:
+          z_BxL: noisy token ids, shape ``[B, L]`` with ``L <= seq_len``,
+            integer dtype, values in ``[0, V]`` (``V`` = MASK).
+          t_B: diffusion times in ``[0, 1]``, shape ``[B]``.  Required iff
+            ``time_conditioning``; otherwise ignored (may be None).
+          train: enables dropout (needs ``rngs={'dropout': key}``).
+
+        Returns:
+          ``logprobs_BxLxV``: float32, shape ``[B, L, V]``, a ``log_softmax``
+          over the ``V`` real tokens (the MASK class is never predicted).
+          At initialisation every entry is exactly ``-log V``.
+
+        Raises:
+          ValueError: ``z_BxL`` is not 2-D or ``L > seq_len`` (message names
+            the shape); ``time_conditioning`` and ``t_B`` is None or its
+            shape is not ``(B,)``; ``width`` not divisible by ``num_heads``
+            or odd head dim.
+          TypeError: ``z_BxL`` does not have an integer dtype (message names
+            the dtype).
+        """
+        if z_BxL.ndim != 2 or z_BxL.shape[1] > self.seq_len:
+            raise ValueError(
+                f"z_BxL must have shape [B, L] with L <= seq_len={self.seq_len}, "
+                f"got shape {tuple(z_BxL.shape)}")
+        if not jnp.issubdtype(z_BxL.dtype, jnp.integer):
+            raise TypeError(f"z_BxL must have an integer dtype, got dtype {z_BxL.dtype}")
+        if self.width % self.num_heads or (self.width // self.num_heads) % 2:
+            raise ValueError(
+                f"width={self.width} must be divisible by num_heads={self.num_heads} "
+                f"with an even head dim (RoPE)")
+        B = z_BxL.shape[0]
+        D = self.width
+
+        c_BxD = None
+        if self.time_conditioning:
+            if t_B is None:
+                raise ValueError("time_conditioning=True requires t_B of shape "
+                                 f"({B},), got None")
+            t_B = jnp.asarray(t_B)
+            if t_B.shape != (B,):
+                raise ValueError(f"t_B must have shape ({B},), got shape {tuple(t_B.shape)}")
+            temb_BxF = timestep_embedding(t_B)
+            c_BxD = nn.Dense(D, dtype=jnp.float32, name="time_mlp_in")(temb_BxF)
+            c_BxD = nn.silu(c_BxD)
+            c_BxD = nn.Dense(D, dtype=jnp.float32, name="time_mlp_out")(c_BxD)
+
+        x_BxLxD = nn.Embed(self.vocab_size + 1, D, dtype=jnp.float32, name="embed")(z_BxL)
+        for i in range(self.num_layers):
+            x_BxLxD = _Block(num_heads=self.num_heads, mlp_ratio=self.mlp_ratio,
+                             dropout=self.dropout, dtype=self.dtype,
+                             name=f"block_{i}")(x_BxLxD, c_BxD, train)
+        h_BxLxD = _Norm(name="norm_final")(x_BxLxD, c_BxD)
+        logits_BxLxV = nn.Dense(self.vocab_size, dtype=self.dtype,
+                                kernel_init=nn.initializers.zeros,
+                                bias_init=nn.initializers.zeros, name="head")(h_BxLxD)
+        return jax.nn.log_softmax(logits_BxLxV.astype(jnp.float32), axis=-1)
+
+
+# --------------------------------------------------------------------------
+# Accounting
+# --------------------------------------------------------------------------
+
+
+def count_params(params: Any) -> int:
+    """Total number of scalar entries in a parameter pytree (int)."""
+    return int(sum(x.size for x in jax.tree_util.tree_leaves(params)))
+
+
+def _abstract_params(model: Transformer) -> Any:
+    z = jax.ShapeDtypeStruct((1, model.seq_len), jnp.int32)
+    t = jax.ShapeDtypeStruct((1,), jnp.float32)
+    return jax.eval_shape(model.init, jax.random.key(0), z, t)["params"]
+
+
+def flops_per_token(model: Transformer) -> float:
+    """Approximate forward+backward training FLOPs per token.
+
+    ``6 * N + 12 * num_layers * width * seq_len`` (Kaplan et al. 2020,
+    arXiv:2001.08361, Table 1; backward = 2x forward):
+
+    * ``N`` = non-embedding parameters, i.e. all parameters except the
+      ``(V+1) x D`` token embedding (a lookup, not a matmul) and except the
+      time-conditioning parameters (``time_mlp_*``, ``adaln_mod``), which are
+      applied once per sequence rather than once per token.  The output head
+      is included.  Each such parameter costs 2 FLOPs forward (multiply-add),
+      i.e. 6 forward+backward.
+    * attention ``QK^T`` and ``AV``: ``2 * 2 * L * D`` forward FLOPs per token
+      per layer, i.e. ``12 * num_layers * D * L`` forward+backward, with
+      ``L = seq_len`` (full, non-causal attention).
+
+    Elementwise ops (LayerNorm, GELU, softmax, RoPE) are ignored.
+    """
+    params = _abstract_params(model)
+    n = 0
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        names = [getattr(p, "key", str(p)) for p in path]
+        if names[0] == "embed" or names[0].startswith("time_mlp") or "adaln_mod" in names:
+            continue
+        n += leaf.size
+    return float(6 * n + 12 * model.num_layers * model.width * model.seq_len)

@@ -1,0 +1,299 @@
+"""Tests for infodiff.networks.transformer (tiny models, CPU-fast)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from infodiff.networks.transformer import (
+    Transformer,
+    apply_rope,
+    count_params,
+    flops_per_token,
+)
+
+V = 5
+L = 8
+B = 3
+
+
+def _model(**kw):
+    cfg = dict(vocab_size=V, seq_len=L, num_layers=2, num_heads=2, width=32)
+    cfg.update(kw)
+    return Transformer(**cfg)
+
+
+def _tokens(key, b=B, l=L):
+    # ids in [0, V]; V is MASK
+    return jax.random.randint(key, (b, l), 0, V + 1, dtype=jnp.int32)
+
+
+# Eager flax calls are used on purpose: JAX caches each compiled primitive by
+# shape, and all tiny models here share shapes, so eager is cheaper overall on
+# small CPUs than compiling one XLA program per model config.  The training
+# step and the jit test are jitted.
+def _init(model, z, t=None):
+    return model.init(jax.random.key(0), z, t)
+
+
+def _apply(model, variables, z, t=None, *, train=False, rngs=None):
+    return model.apply(variables, z, t, train=train, rngs=rngs)
+
+
+def _perturb(variables, seed, scale=0.5):
+    """Adds N(0, scale^2) noise to every parameter (makes the zero head non-zero).
+
+    Noise comes from numpy, not jax.random: eager jax.random per leaf shape
+    costs an XLA compile each, which dominated the test time.
+    """
+    rng = np.random.default_rng(seed)
+    return jax.tree_util.tree_map(
+        lambda x: jnp.asarray(np.asarray(x) + scale * rng.standard_normal(x.shape), x.dtype),
+        variables)
+
+
+def test_output_shape_dtype_normalised():
+    model = _model()
+    z = _tokens(jax.random.key(1))
+    variables = _perturb(_init(model, z), 2)
+    out = _apply(model, variables, z)
+    assert out.shape == (B, L, V)
+    assert out.dtype == jnp.float32
+    assert bool(jnp.all(jnp.isfinite(out)))
+    assert bool(jnp.all(out <= 0.0))
+    np.testing.assert_allclose(np.exp(np.asarray(out)).sum(-1), 1.0, rtol=1e-5)
+    # the head really is non-trivial after perturbation (so the check is meaningful)
+    assert float(jnp.std(out)) > 1e-2
+
+
+def test_shorter_sequence_accepted():
+    model = _model()
+    z = _tokens(jax.random.key(1))
+    variables = _init(model, z)
+    # jit: new shapes are cheaper as one XLA program than op by op
+    out = jax.jit(model.apply)(variables, z[:, :5])
+    assert out.shape == (B, 5, V)
+    assert out.dtype == jnp.float32
+
+
+@pytest.mark.parametrize("time_conditioning", [False, True])
+def test_init_output_is_minus_log_v(time_conditioning):
+    model = _model(time_conditioning=time_conditioning)
+    z = _tokens(jax.random.key(1))
+    t = jnp.linspace(0.1, 0.9, B)
+    variables = _init(model, z, t)
+    out = _apply(model, variables, z, t)
+    expected = jnp.full((B, L, V), -jnp.log(jnp.float32(V)), jnp.float32)
+    assert bool(jnp.all(out == expected)), out
+    np.testing.assert_allclose(np.asarray(out), -np.log(V), rtol=1e-7)
+
+
+def test_bidirectional_after_training_step():
+    model = _model()
+    z = _tokens(jax.random.key(1))
+    variables = _init(model, z)
+    params = variables["params"]
+    target = jax.random.randint(jax.random.key(3), z.shape, 0, V)
+
+    def loss_fn(p):
+        lp = _apply(model, {"params": p}, z)
+        return -jnp.mean(jnp.take_along_axis(lp, target[..., None], axis=-1))
+
+    opt = optax.adam(1e-2)
+    state = opt.init(params)
+
+    @jax.jit
+    def step(params, state):
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, state = opt.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, loss
+
+    loss0 = None
+    for _ in range(3):
+        params, state, loss = step(params, state)
+        loss0 = loss if loss0 is None else loss0
+    assert float(loss_fn(params)) < float(loss0)
+
+    j = 6
+    z2 = z.at[0, j].set((z[0, j] + 1) % (V + 1))  # change example 0 only
+    out1 = _apply(model, {"params": params}, z)
+    out2 = _apply(model, {"params": params}, z2)
+    diff_BxL = jnp.max(jnp.abs(out1 - out2), axis=-1)
+    # examples do not interact
+    assert float(jnp.max(diff_BxL[1:])) == 0.0
+    diff = diff_BxL[0]  # [L]
+    # information flows backwards (i < j) ...
+    assert float(diff[0]) > 1e-6
+    assert float(diff[j - 1]) > 1e-6
+    # ... and forwards (i > j)
+    assert float(diff[j + 1]) > 1e-6
+
+
+def test_time_free_ignores_t():
+    model = _model(time_conditioning=False)
+    z = _tokens(jax.random.key(1))
+    variables = _perturb(_init(model, z), 2)
+    out_none = _apply(model, variables, z)
+    out_a = _apply(model, variables, z, jnp.full((B,), 0.1))
+    out_b = _apply(model, variables, z, jnp.full((B,), 0.9))
+    # wrong-shaped t is ignored too
+    out_c = _apply(model, variables, z, jnp.zeros((7, 2)))
+    assert float(jnp.std(out_none)) > 1e-2
+    np.testing.assert_array_equal(np.asarray(out_none), np.asarray(out_a))
+    np.testing.assert_array_equal(np.asarray(out_none), np.asarray(out_b))
+    np.testing.assert_array_equal(np.asarray(out_none), np.asarray(out_c))
+    assert "time_mlp_in" not in variables["params"]
+
+
+def test_time_conditioned_depends_on_t():
+    model = _model(time_conditioning=True)
+    z = _tokens(jax.random.key(1))
+    t = jnp.full((B,), 0.2)
+    variables = _perturb(_init(model, z, t), 2)
+    out_a = _apply(model, variables, z, jnp.full((B,), 0.2))
+    out_b = _apply(model, variables, z, jnp.full((B,), 0.7))
+    assert float(jnp.max(jnp.abs(out_a - out_b))) > 1e-3
+    # per-example conditioning: changing t of example 0 only changes example 0
+    out_c = _apply(model, variables, z, jnp.array([0.7, 0.2, 0.2]))
+    assert float(jnp.max(jnp.abs(out_c[0] - out_a[0]))) > 1e-3
+    np.testing.assert_allclose(np.asarray(out_c[1:]), np.asarray(out_a[1:]), atol=1e-6)
+
+
+def test_dropout_only_in_train():
+    model = _model(dropout=0.3)
+    z = _tokens(jax.random.key(1))
+    variables = _perturb(_init(model, z), 2)
+    eval1 = _apply(model, variables, z)
+    eval2 = _apply(model, variables, z, train=False)
+    np.testing.assert_array_equal(np.asarray(eval1), np.asarray(eval2))
+    tr1 = _apply(model, variables, z, train=True, rngs={"dropout": jax.random.key(10)})
+    tr2 = _apply(model, variables, z, train=True, rngs={"dropout": jax.random.key(11)})
+    assert float(jnp.max(jnp.abs(tr1 - eval1))) > 1e-4
+    assert float(jnp.max(jnp.abs(tr1 - tr2))) > 1e-4
+    np.testing.assert_allclose(np.exp(np.asarray(tr1)).sum(-1), 1.0, rtol=1e-5)
+    # dropout=0 model: train=True is a no-op and needs no rng
+    model0 = _model()
+    np.testing.assert_array_equal(
+        np.asarray(_apply(model0, variables, z, train=True)), np.asarray(eval1))
+
+
+def test_bfloat16_runs_float32_output():
+    z = _tokens(jax.random.key(1))
+    model32 = _model(time_conditioning=True)
+    model16 = _model(time_conditioning=True, dtype=jnp.bfloat16)
+    t = jnp.linspace(0.0, 1.0, B)
+    variables = _perturb(_init(model32, z, t), 2, scale=0.1)
+    variables16 = _init(model16, z, t)
+    # params stay float32 regardless of compute dtype
+    assert all(x.dtype == jnp.float32 for x in jax.tree_util.tree_leaves(variables16))
+    out16 = _apply(model16, variables, z, t)
+    out32 = _apply(model32, variables, z, t)
+    assert out16.dtype == jnp.float32
+    assert out16.shape == (B, L, V)
+    assert bool(jnp.all(jnp.isfinite(out16)))
+    np.testing.assert_allclose(np.exp(np.asarray(out16)).sum(-1), 1.0, rtol=1e-5)
+    # bf16 is close to, but not bit-identical with, float32
+    assert float(jnp.max(jnp.abs(out16 - out32))) < 0.5
+    assert float(jnp.max(jnp.abs(out16 - out32))) > 0.0
+
+
+def test_jit_matches_eager():
+    model = _model(time_conditioning=True)
+    z = _tokens(jax.random.key(1))
+    t = jnp.linspace(0.1, 0.9, B)
+    variables = _perturb(_init(model, z, t), 2)
+    f = jax.jit(lambda v, z, t: model.apply(v, z, t))
+    out_jit = f(variables, z, t)
+    out_eager = model.apply(variables, z, t)
+    np.testing.assert_allclose(np.asarray(out_jit), np.asarray(out_eager), rtol=1e-5, atol=1e-5)
+
+
+def test_shape_errors():
+    model = _model()
+    z = _tokens(jax.random.key(1))
+    variables = _init(model, z)
+    with pytest.raises(ValueError, match=r"\(3, 9\)"):
+        model.apply(variables, jnp.zeros((3, L + 1), jnp.int32))
+    with pytest.raises(ValueError, match=r"\(24,\)"):
+        model.apply(variables, jnp.zeros((B * L,), jnp.int32))
+    with pytest.raises(ValueError, match=r"\(1, 3, 8\)"):
+        model.apply(variables, jnp.zeros((1, B, L), jnp.int32))
+    with pytest.raises(TypeError, match="float32"):
+        model.apply(variables, jnp.zeros((B, L), jnp.float32))
+    with pytest.raises(TypeError, match="bool"):
+        model.apply(variables, jnp.zeros((B, L), bool))
+    # also raised under jit (checks are at trace time)
+    with pytest.raises(ValueError, match=r"\(3, 9\)"):
+        jax.jit(lambda z: model.apply(variables, z))(jnp.zeros((3, L + 1), jnp.int32))
+
+
+def test_time_errors():
+    model = _model(time_conditioning=True)
+    z = _tokens(jax.random.key(1))
+    t = jnp.full((B,), 0.5)
+    variables = _init(model, z, t)
+    with pytest.raises(ValueError, match="None"):
+        model.apply(variables, z)
+    with pytest.raises(ValueError, match=r"\(4,\)"):
+        model.apply(variables, z, jnp.zeros((B + 1,)))
+    with pytest.raises(ValueError, match=r"\(3, 1\)"):
+        model.apply(variables, z, jnp.zeros((B, 1)))
+    with pytest.raises(ValueError, match=r"\(\)"):
+        model.apply(variables, z, jnp.float32(0.5))
+
+
+def test_rope_relative_positions():
+    K, n = 16, 12
+    kq, kk = jax.random.split(jax.random.key(0))
+    q_K = jax.random.normal(kq, (K,))
+    k_K = jax.random.normal(kk, (K,))
+    # the same q (k) vector placed at every position: [1, n, 1, K]
+    Q = jnp.broadcast_to(q_K, (1, n, 1, K))
+    Kt = jnp.broadcast_to(k_K, (1, n, 1, K))
+    rope = jax.jit(apply_rope)  # one compile, reused for every offset
+
+    def scores(offset):
+        pos = jnp.arange(n) + offset
+        rq = np.asarray(rope(Q, pos))[0, :, 0]
+        rk = np.asarray(rope(Kt, pos))[0, :, 0]
+        return rq @ rk.T, rq  # S[i, j] = <rope(q, i+offset), rope(k, j+offset)>
+
+    S0, rq0 = scores(0)
+    # shifting both positions by s leaves every score unchanged
+    for s in (1, 37, 1000):
+        np.testing.assert_allclose(scores(s)[0], S0, rtol=1e-4, atol=1e-4)
+    # equivalently S is Toeplitz: S[i, j] depends only on j - i
+    np.testing.assert_allclose(S0[1:, 1:], S0[:-1, :-1], rtol=1e-5, atol=1e-5)
+    # ... but it does depend on j - i
+    assert abs(S0[0, 1] - S0[0, 5]) > 1e-3
+    # position 0 is the identity; rotations preserve norms
+    np.testing.assert_array_equal(rq0[0], np.asarray(q_K))
+    np.testing.assert_allclose(np.linalg.norm(rq0, axis=-1), float(jnp.linalg.norm(q_K)), rtol=1e-5)
+    # rotate-half pairing: feature 0 is paired with feature K/2
+    E = jnp.zeros((1, n, 1, K)).at[..., 0].set(1.0)
+    r = np.asarray(rope(E, jnp.arange(n)))[0, 1, 0]  # position 1
+    assert set(np.flatnonzero(np.abs(r) > 1e-7).tolist()) == {0, K // 2}
+    np.testing.assert_allclose(r[0], np.cos(1.0), rtol=1e-6)
+    np.testing.assert_allclose(r[K // 2], np.sin(1.0), rtol=1e-6)
+    with pytest.raises(ValueError, match="even"):
+        apply_rope(jnp.zeros((1, 1, 1, 5)), jnp.array([0]))
+    with pytest.raises(ValueError, match="positions"):
+        apply_rope(jnp.zeros((1, 4, 1, 4)), jnp.arange(3))
+
+
+def test_count_params_and_flops():
+    model = Transformer(vocab_size=4, seq_len=8, num_layers=8, num_heads=8, width=256)
+    z = jnp.zeros((1, 8), jnp.int32)
+    params = jax.eval_shape(model.init, jax.random.key(0), z)["params"]
+    D, F = 256, 1024
+    per_layer = 3 * D * D + D * D + (D * F + F) + (F * D + D) + 2 * 2 * D
+    expected = 5 * D + 8 * per_layer + 2 * D + (D * 4 + 4)
+    assert count_params(params) == expected == 6_312_708
+    assert flops_per_token(model) == 6 * (expected - 5 * D) + 12 * 8 * D * 8
+    # time conditioning adds per-sequence params that are excluded from FLOPs/token
+    model_t = Transformer(vocab_size=4, seq_len=8, num_layers=8, num_heads=8, width=256,
+                          time_conditioning=True)
+    params_t = jax.eval_shape(model_t.init, jax.random.key(0), z, jnp.zeros((1,)))["params"]
+    assert count_params(params_t) > count_params(params)
+    assert flops_per_token(model_t) == flops_per_token(model)
