@@ -104,7 +104,8 @@ def _exact_subset_sum(oracle, x_L):
         z = np.repeat(x_L[None], len(subsets), 0)
         for r, S in enumerate(subsets):
             z[r, list(S)] = V
-        logp = np.log(oracle.exact_conditionals(z))
+        with np.errstate(divide="ignore"):
+            logp = np.log(oracle.exact_conditionals(z))
         ce = [-sum(logp[r, i, x_L[i]] for i in S) for r, S in enumerate(subsets)]
         total += np.mean(ce) / m
     return total

@@ -1,0 +1,139 @@
+"""Training throughput of the jitted train step, and how it compares to the machine's matmul rate.
+
+    python benchmarks/train_throughput.py                          # configs/masked_text.py
+    python benchmarks/train_throughput.py --config.train.batch_size=128 --config.model.width=256
+    python benchmarks/train_throughput.py --config configs/other.py --repeats 10
+
+Times ``infodiff.training.make_train_step`` (the exact function train.py runs: loss, backward,
+clip + AdamW, EMA; data-parallel over all local devices) on random tokens, excluding
+compilation and warmup steps; reports the median and best of ``--repeats`` timings of
+``--steps`` consecutive steps each. Model FLOPs per token are
+``infodiff.networks.transformer.flops_per_token`` (6 N + 12 n_layers D L, forward + backward,
+Kaplan et al. 2020), so "achieved FLOP/s" counts only the matmul work of the model, not the
+optimizer, LayerNorm, softmax or the mask sampling. The reference is the dense float32 matmul
+rate of this process (``jnp.dot`` of two ``--matmul_size`` square matrices, best of several
+timed runs with ``block_until_ready``); the ratio is the model-FLOP utilisation (MFU) relative
+to that, not to a datasheet peak. A benchmark, not a test: it asserts nothing.
+"""
+
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app, flags  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", os.path.join(_REPO, "configs", "masked_text.py"), "Training config.", lock_config=True
+)
+_STEPS = flags.DEFINE_integer("steps", 10, "Train steps per timed repeat.")
+_REPEATS = flags.DEFINE_integer("repeats", 5, "Timed repeats (median and best reported).")
+_WARMUP = flags.DEFINE_integer("warmup", 3, "Untimed steps after compilation.")
+_MATMUL = flags.DEFINE_integer("matmul_size", 2048, "Side of the square float32 matmul reference.")
+
+
+def _fmt(x: float, unit: str) -> str:
+    for div, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}"
+
+
+def matmul_flops_per_s(n: int, repeats: int = 10) -> float:
+    """Best-of-`repeats` dense float32 [n, n] @ [n, n] rate (2 n^3 FLOPs per product), FLOP/s."""
+    import jax
+    import jax.numpy as jnp
+
+    ka, kb = jax.random.split(jax.random.key(0))
+    a = jax.random.normal(ka, (n, n), jnp.float32)
+    b = jax.random.normal(kb, (n, n), jnp.float32)
+    dot = jax.jit(lambda a, b: jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST))
+    dot(a, b).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        dot(a, b).block_until_ready()
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * n**3 / best
+
+
+def main(argv):
+    del argv
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from infodiff import training
+    from infodiff.networks.transformer import count_params, flops_per_token
+
+    config = _CONFIG.value
+    B, L, V = int(config.train.batch_size), int(config.data.seq_len), int(config.data.vocab_size)
+    mesh = training.make_mesh()
+    training.check_batch_divisible(B, mesh)
+    model = training.make_model(config)
+    optimizer = training.make_optimizer(config)
+    state = training.init_train_state(config, model, optimizer, jax.random.key(0), mesh)
+    train_step = training.make_train_step(config, model, optimizer, mesh)
+    batch_sharding = NamedSharding(mesh, P("data"))
+    rng = np.random.default_rng(0)
+    batches = [jax.device_put(rng.integers(0, V, (B, L)).astype(np.int32), batch_sharding) for _ in range(4)]
+    key = jax.random.key(1)
+
+    step = 0
+
+    def run(n):
+        nonlocal state, step
+        for _ in range(n):
+            state, metrics = train_step(state, batches[step % len(batches)], jax.random.fold_in(key, step))
+            step += 1
+        jax.block_until_ready((state, metrics))
+
+    t0 = time.perf_counter()
+    run(1)
+    compile_s = time.perf_counter() - t0
+    run(_WARMUP.value)
+    times = []
+    for _ in range(_REPEATS.value):
+        t0 = time.perf_counter()
+        run(_STEPS.value)
+        times.append((time.perf_counter() - t0) / _STEPS.value)
+    step_med, step_best = statistics.median(times), min(times)
+
+    fpt = flops_per_token(model)
+    tokens_per_step = B * L
+    peak = matmul_flops_per_s(_MATMUL.value)
+    achieved = fpt * tokens_per_step / step_med
+    dev = mesh.devices.flat[0]
+    rows = [
+        ("devices", f"{mesh.devices.size} x {dev.platform} ({getattr(dev, 'device_kind', '')}), "
+                    f"{os.cpu_count()} host CPUs"),
+        ("model", f"{config.model.num_layers} layers, width {config.model.width}, "
+                  f"{config.model.num_heads} heads, dtype {config.model.dtype}, "
+                  f"time_conditioning={config.model.time_conditioning}"),
+        ("objective", f"{config.process.objective} ({config.process.schedule})"),
+        ("batch", f"{B} x {L} = {tokens_per_step} tokens/step"),
+        ("params", f"{count_params(state.params):,}"),
+        ("compile + first step", f"{compile_s:.2f} s"),
+        ("step time (median / best)", f"{step_med * 1e3:.2f} / {step_best * 1e3:.2f} ms "
+                                      f"({_REPEATS.value} x {_STEPS.value} steps)"),
+        ("steps/s", f"{1.0 / step_med:.2f}"),
+        ("tokens/s", f"{tokens_per_step / step_med:,.0f}"),
+        ("model FLOPs/token (fwd+bwd)", _fmt(fpt, "FLOP")),
+        ("achieved model FLOP/s", _fmt(achieved, "FLOP/s")),
+        (f"float32 matmul {_MATMUL.value}^2 FLOP/s", _fmt(peak, "FLOP/s")),
+        ("fraction of matmul rate", f"{achieved / peak:.1%}"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    print()
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+
+
+if __name__ == "__main__":
+    app.run(main)

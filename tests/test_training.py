@@ -1,0 +1,358 @@
+"""Tests for infodiff.training and train.py (tiny models; CPU-fast).
+
+In-process tests share one tiny config so that, with the persistent compilation cache enabled
+for this module, each distinct XLA program is compiled once. No test needs the network: the
+corpus is a synthetic object (in process) or a tiny text8-format file (CLI).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from infodiff import training
+from infodiff.data import text as text_data
+
+REPO = Path(__file__).resolve().parents[1]
+PHRASE = "the cat sat on the mat and the dog ate the hat "
+
+
+def _load_config_module():
+    spec = importlib.util.spec_from_file_location("_masked_text_cfg", REPO / "configs" / "masked_text.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def tiny_config(**overrides):
+    """configs/masked_text.py shrunk: 1 layer, width 32, L = 16, B = 8, 30 steps."""
+    c = _load_config_module().get_config()
+    c.model.num_layers = 1
+    c.model.num_heads = 2
+    c.model.width = 32
+    c.data.seq_len = 16
+    c.train.batch_size = 8
+    c.train.num_steps = 30
+    c.train.log_every = 10
+    c.train.eval_every = 1000
+    c.train.eval_batches = 2
+    c.train.ckpt_every = 10
+    c.train.keep_checkpoints = 5
+    c.optim.lr = 3e-3
+    c.optim.warmup_steps = 2
+    for k, v in overrides.items():
+        section, name = k.split(".")
+        c[section][name] = v
+    return c
+
+
+def toy_corpus(n_chars: int = 20000):
+    """A periodic, learnable character stream (ids in [0, 27))."""
+    ids = text_data.encode((PHRASE * (n_chars // len(PHRASE) + 1))[:n_chars])
+    return types.SimpleNamespace(
+        train=ids, valid=ids[: n_chars // 10], test=ids[: n_chars // 10], name="toy",
+        checksums={"train": "toy-train", "valid": "toy-valid", "test": "toy-test"},
+    )
+
+
+def read_metrics(workdir) -> list[dict]:
+    with open(Path(workdir) / "metrics.jsonl") as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compilation_cache(tmp_path_factory):
+    """Persistent XLA cache for this module: identical programs compile once."""
+    from jax.experimental.compilation_cache import compilation_cache as cc
+
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+             "jax_persistent_cache_min_entry_size_bytes")
+    old = {n: getattr(jax.config, n) for n in names}
+    cache_dir = str(tmp_path_factory.mktemp("xla_cache"))
+    jax.config.update("jax_compilation_cache_dir", cache_dir)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    cc.reset_cache()
+    yield cache_dir
+    for n, v in old.items():
+        jax.config.update(n, v)
+    cc.reset_cache()
+
+
+def _leaves_equal(a, b):
+    la, ta = jax.tree_util.tree_flatten(a)
+    lb, tb = jax.tree_util.tree_flatten(b)
+    assert ta == tb
+    for x, y in zip(la, lb):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    return len(la)
+
+
+# ---------------------------------------------------------------------------------------------
+# Learning
+# ---------------------------------------------------------------------------------------------
+def test_loss_decreases_on_learnable_stream(tmp_path):
+    result = training.train_and_evaluate(tiny_config(), tmp_path, corpus=toy_corpus())
+    train = [r for r in read_metrics(tmp_path) if r["split"] == "train"]
+    assert [r["step"] for r in train] == [10, 20, 30]
+    first, last = train[0]["metrics"]["bpc"], train[-1]["metrics"]["bpc"]
+    # Uniform over 27 symbols is log2(27) = 4.75 bits/char; the network starts there exactly.
+    assert first < np.log2(27) + 0.05
+    assert last < first - 1.0, (first, last)
+    assert result["step"] == 30 and result["interrupted"] is None
+    assert result["valid"]["bpc"] < np.log2(27) - 1.0, result["valid"]
+    for r in train:
+        m = r["metrics"]
+        assert set(m) >= {"loss", "bpc", "grad_norm", "lr", "tokens_per_s", "steps_per_s"}
+        np.testing.assert_allclose(m["bpc"], m["loss"] / (16 * np.log(2)), rtol=1e-5)
+    assert (tmp_path / "config.json").exists()
+    assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()) == [10, 20, 30]
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint / resume
+# ---------------------------------------------------------------------------------------------
+def test_resume_is_bit_identical(tmp_path):
+    cfg, corpus = tiny_config(), toy_corpus()
+    full = training.train_and_evaluate(cfg, tmp_path / "full", corpus=corpus)
+    assert full["step"] == 30
+
+    # Interrupted run: stops at step 17 (checkpoints 10 and 17) ...
+    part = training.train_and_evaluate(cfg, tmp_path / "part", corpus=corpus, stop_at_step=17)
+    assert part["step"] == 17
+    ckpts = tmp_path / "part" / "checkpoints"
+    assert sorted(int(p.name) for p in ckpts.iterdir()) == [10, 17]
+    _, meta = training.load_checkpoint(tmp_path / "part", cfg)
+    assert meta["step"] == 17 and meta["data_position"] == 17 and meta["seed"] == cfg.seed
+    # ... and as if it had been killed before saving 17: resume from 10 recomputes 11..17.
+    shutil.rmtree(ckpts / "17")
+    resumed = training.train_and_evaluate(cfg, tmp_path / "part", corpus=corpus)
+    assert resumed["step"] == 30
+
+    s_full, _ = training.load_checkpoint(tmp_path / "full", cfg)
+    s_res, _ = training.load_checkpoint(tmp_path / "part", cfg)
+    assert int(s_full.step) == int(s_res.step) == 30
+    n = _leaves_equal(s_full, s_res)  # params, EMA params, Adam moments, counts: bit-identical
+    assert n > 10
+    # and training actually moved the parameters away from the initialisation
+    s_init = training.init_train_state(cfg, training.make_model(cfg), training.make_optimizer(cfg),
+                                       jax.random.fold_in(jax.random.key(cfg.seed), 0))
+    diffs = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), s_full.params, s_init.params)
+    assert max(jax.tree_util.tree_leaves(diffs)) > 1e-3
+    # Validation numbers of both runs at the final step agree too (same EMA params, same keys).
+    v_full = [r for r in read_metrics(tmp_path / "full") if r["split"] == "valid"][-1]
+    v_res = [r for r in read_metrics(tmp_path / "part") if r["split"] == "valid"][-1]
+    assert v_full["step"] == v_res["step"] == 30
+    assert v_full["metrics"] == v_res["metrics"]
+
+    # Resuming with a different (non-resumable) config is an error naming the keys ...
+    bad = tiny_config(**{"optim.lr": 1e-3, "model.width": 64})
+    with pytest.raises(training.ConfigMismatchError, match=r"model\.width.*optim\.lr"):
+        training.train_and_evaluate(bad, tmp_path / "full", corpus=corpus)
+    # ... and so is resuming on different data.
+    other = toy_corpus()
+    other.checksums = dict(other.checksums, train="different")
+    with pytest.raises(training.ConfigMismatchError, match="checksums"):
+        training.train_and_evaluate(cfg, tmp_path / "full", corpus=other)
+    # Cadence changes are allowed: extending the run continues from step 30.
+    longer = tiny_config(**{"train.num_steps": 32, "train.log_every": 1, "train.ckpt_every": 7})
+    assert training.train_and_evaluate(longer, tmp_path / "full", corpus=corpus)["step"] == 32
+
+
+def test_signal_saves_checkpoint_and_resumes(tmp_path, monkeypatch):
+    cfg, corpus = tiny_config(), toy_corpus()
+    real_batch = text_data.train_batch
+
+    def batch_then_interrupt(tokens, seq_len, batch_size, seed, step):
+        if step == 5:
+            os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C during step 5
+        return real_batch(tokens, seq_len, batch_size, seed, step)
+
+    monkeypatch.setattr(text_data, "train_batch", batch_then_interrupt)
+    before = signal.getsignal(signal.SIGINT)
+    result = training.train_and_evaluate(cfg, tmp_path, corpus=corpus)
+    assert result["interrupted"] == "SIGINT"
+    assert result["step"] == 6  # step 5 completes, then the loop stops
+    assert signal.getsignal(signal.SIGINT) is before  # handlers restored
+    state, meta = training.load_checkpoint(tmp_path, cfg)
+    assert int(state.step) == 6 and meta["data_position"] == 6
+
+    monkeypatch.setattr(text_data, "train_batch", real_batch)
+    again = training.train_and_evaluate(cfg, tmp_path, corpus=corpus)
+    assert again["interrupted"] is None and again["step"] == 30
+
+
+# ---------------------------------------------------------------------------------------------
+# Input validation
+# ---------------------------------------------------------------------------------------------
+def test_bad_tokens_raise(tmp_path):
+    cfg = tiny_config()
+    corpus = toy_corpus()
+    corpus.train = corpus.train.copy()
+    corpus.train[123] = 27  # the MASK id must never be data
+    with pytest.raises(ValueError, match=r"token id 27 .*index 123"):
+        training.train_and_evaluate(cfg, tmp_path / "a", corpus=corpus)
+    corpus = toy_corpus()
+    corpus.valid = corpus.valid.astype(np.int32)
+    corpus.valid[7] = -3
+    with pytest.raises(ValueError, match=r"validation.*token id -3"):
+        training.train_and_evaluate(cfg, tmp_path / "b", corpus=corpus)
+    with pytest.raises(ValueError, match="workdir"):
+        training.train_and_evaluate(cfg, "", corpus=toy_corpus())
+
+
+def test_batch_not_divisible_by_devices_raises():
+    mesh = training.make_mesh()
+    training.check_batch_divisible(8, mesh)  # 1 device: anything positive is fine
+    with pytest.raises(ValueError, match="batch size 0"):
+        training.check_batch_divisible(0, mesh)
+    # (the 4-device case is in test_sharded_matches_single_device)
+
+
+def test_lr_schedule_and_optimizer():
+    cfg = tiny_config(**{"train.num_steps": 100, "optim.warmup_steps": 10})
+    sched = training.make_lr_schedule(cfg)
+    np.testing.assert_allclose([sched(0), sched(5), sched(10), sched(100)],
+                               [0.0, 1.5e-3, 3e-3, 3e-4], rtol=1e-5)
+    # shorter than the warmup (e.g. a smoke run with the default 200-step warmup): still valid
+    short = training.make_lr_schedule(tiny_config(**{"train.num_steps": 60, "optim.warmup_steps": 200}))
+    np.testing.assert_allclose([short(0), short(59), short(200)], [0.0, 3e-3 * 59 / 200, 3e-3], rtol=1e-5)
+    const = training.make_lr_schedule(tiny_config(**{"optim.decay": "constant", "optim.warmup_steps": 4}))
+    np.testing.assert_allclose([const(2), const(4), const(1000)], [1.5e-3, 3e-3, 3e-3], rtol=1e-6)
+    with pytest.raises(ValueError, match="decay"):
+        training.make_lr_schedule(tiny_config(**{"optim.decay": "linear"}))
+    # the denoiser wrapper: eval mode, vocab_size, hashable by identity
+    model = training.make_model(cfg)
+    state = training.init_train_state(cfg, model, training.make_optimizer(cfg), jax.random.key(0))
+    den = training.make_denoiser(model, state.params)
+    assert den.vocab_size == 27 and hash(den) == hash(den) and den != training.make_denoiser(model, state.params)
+    out = jax.jit(den)(jnp.full((2, 16), 27, jnp.int32), jnp.ones((2,)))
+    assert out.shape == (2, 16, 27) and out.dtype == jnp.float32
+    np.testing.assert_allclose(out, -np.log(27.0), rtol=1e-6)  # zero-initialised head
+
+
+# ---------------------------------------------------------------------------------------------
+# Data parallelism
+# ---------------------------------------------------------------------------------------------
+_SHARDED_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    sys.path.insert(0, {repo!r})
+    sys.path.insert(0, {tests!r})
+    import test_training as T
+    from infodiff import training
+    assert jax.device_count() == 4, jax.devices()
+    out = T.sharded_grads(training.make_mesh())
+    np.savez({out!r}, **out)
+    errors = {{}}
+    try:
+        training.check_batch_divisible(6, training.make_mesh())
+    except ValueError as e:
+        errors["check"] = str(e)
+    try:
+        training.train_and_evaluate(T.tiny_config(**{{"train.batch_size": 6}}), {wd!r},
+                                    corpus=T.toy_corpus())
+    except ValueError as e:
+        errors["train"] = str(e)
+    print("ERRORS=" + json.dumps(errors))
+    """
+)
+
+
+def sharded_grads(mesh) -> dict:
+    """Loss, gradients and one train step's metrics of a fixed batch and state on `mesh`."""
+    cfg = tiny_config(**{"optim.warmup_steps": 0})
+    model, opt = training.make_model(cfg), training.make_optimizer(cfg)
+    state = training.init_train_state(cfg, model, opt, jax.random.key(3), mesh)
+    # perturb the zero-initialised head so every gradient is non-trivial
+    state = state.replace(params=jax.tree.map(lambda p: p + 0.05 * jnp.cos(jnp.arange(p.size).reshape(p.shape)),
+                                              state.params))
+    x_BxL = np.random.default_rng(0).integers(0, 27, (8, 16)).astype(np.int32)
+    key = jax.random.key(11)
+    repl, batch = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+    x_dev = jax.device_put(x_BxL, batch)
+    assert len(x_dev.addressable_shards) == mesh.devices.size
+    grad_fn = jax.jit(jax.value_and_grad(training.make_loss_fn(cfg, model), has_aux=True),
+                      in_shardings=(repl, batch, repl))
+    (loss, loss_B), grads = grad_fn(state.params, x_dev, key)
+    _, metrics = training.make_train_step(cfg, model, opt, mesh)(state, x_dev, key)
+    out = {"loss": np.asarray(loss), "loss_B": np.asarray(loss_B),
+           "grad_norm": np.asarray(metrics["grad_norm"]), "step_loss": np.asarray(metrics["loss"])}
+    for path, g in jax.tree_util.tree_leaves_with_path(grads):
+        out["g" + jax.tree_util.keystr(path)] = np.asarray(g)
+    return out
+
+
+def test_sharded_matches_single_device(tmp_path):
+    out_file = tmp_path / "sharded.npz"
+    script = _SHARDED_SCRIPT.format(repo=str(REPO), tests=str(REPO / "tests"), out=str(out_file),
+                                    wd=str(tmp_path / "wd6"))
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    errors = json.loads(proc.stdout.split("ERRORS=")[-1].strip())
+    assert "multiple of the number of devices (4" in errors["check"]
+    assert "batch size 6" in errors["train"]
+
+    four = dict(np.load(out_file))
+    one = sharded_grads(training.make_mesh(jax.devices()[:1]))
+    assert set(one) == set(four) and len(one) > 10
+    for k in one:
+        np.testing.assert_allclose(four[k], one[k], rtol=1e-5, atol=1e-6 * np.abs(one[k]).max(),
+                                   err_msg=k)
+    assert float(one["loss"]) > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------------
+def test_cli_trains_and_writes_outputs(tmp_path, compilation_cache):
+    text8 = tmp_path / "tiny_text8"
+    text8.write_text((PHRASE * 800)[:30000])
+    wd = tmp_path / "run"
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_COMPILATION_CACHE_DIR=compilation_cache,
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
+    cmd = [sys.executable, "train.py", "--config", "configs/masked_text.py", f"--workdir={wd}",
+           f"--config.data.path={text8}", "--config.train.num_steps=3", "--config.model.num_layers=1",
+           "--config.model.num_heads=2", "--config.model.width=32", "--config.data.seq_len=16",
+           "--config.train.batch_size=8", "--config.train.log_every=1", "--config.train.ckpt_every=2",
+           "--config.train.eval_batches=1", "--config.optim.lr=2e-3"]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(int(p.name) for p in (wd / "checkpoints").iterdir()) == [2, 3]
+    records = read_metrics(wd)
+    assert [r["step"] for r in records if r["split"] == "train"] == [1, 2, 3]
+    assert [r["step"] for r in records if r["split"] == "valid"] == [3]
+    saved = json.loads((wd / "config.json").read_text())
+    assert saved["optim"]["lr"] == 2e-3 and saved["data"]["path"] == str(text8)
+    assert "Renaming" not in proc.stderr  # orbax INFO chatter is filtered
+    state, meta = training.load_checkpoint(wd)
+    assert int(state.step) == 3 and meta["config"]["model"]["width"] == 32
+
+    # a typo in an override is an error (locked config), and --workdir is required
+    typo = subprocess.run(cmd[:4] + ["--config.optim.lrr=1"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert typo.returncode != 0 and "lrr" in typo.stderr
+    nowd = subprocess.run([sys.executable, "train.py"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert nowd.returncode != 0 and "workdir" in nowd.stderr
