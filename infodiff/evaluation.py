@@ -65,7 +65,7 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
     t0 = time.time()
     ev = config.eval
-    corpus = text.load_corpus(path=config.data.path or None, cache_dir=config.data.cache_dir or None)
+    corpus = training.load_config_corpus(config)
     split = corpus.split(ev.split)
     L = int(config.data.seq_len)
     chunks = text.eval_chunks(split, L)

@@ -114,6 +114,20 @@ def _log(fn: Callable, msg: str, *args) -> None:
 logging.ABSLLogger.register_frame_to_skip(__file__, "_log")  # report the caller's line
 
 
+def load_config_corpus(config: ml_collections.ConfigDict):
+    """The corpus of ``config.data``: the embedded one, or a text8 file (``data.path``).
+
+    Raises ValueError if ``data.name`` is 'text8' and no ``data.path`` is given (rather than
+    silently training on the embedded corpus).
+    """
+    if config.data.get("name", "text") == "text8" and not config.data.path:
+        raise ValueError(
+            "config.data.name is 'text8' but config.data.path is empty: pass "
+            "--config.data.path=/path/to/text8"
+        )
+    return text_data.load_corpus(config.data.path or None, config.data.cache_dir or None)
+
+
 class ConfigMismatchError(ValueError):
     """The config of a resumed run differs from the checkpoint's in a non-resumable key."""
 
@@ -686,7 +700,7 @@ def train_and_evaluate(
 
     # ---- data ----
     if corpus is None:
-        corpus = text_data.load_corpus(config.data.path or None, config.data.cache_dir or None)
+        corpus = load_config_corpus(config)
     check_tokens(corpus.train, V, "training data (corpus.train)")
     check_tokens(corpus.valid, V, "validation data (corpus.valid)")
     if len(corpus.train) < L:

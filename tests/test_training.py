@@ -356,3 +356,18 @@ def test_cli_trains_and_writes_outputs(tmp_path, compilation_cache):
     nowd = subprocess.run([sys.executable, "train.py"], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=120)
     assert nowd.returncode != 0 and "workdir" in nowd.stderr
+
+    # evaluate.py on the run: its saved config, overrides of the estimator and MC budget
+    ev = subprocess.run([sys.executable, "evaluate.py", f"--workdir={wd}",
+                         "--config.eval.estimator=k_dce", "--config.eval.num_samples=3",
+                         "--config.eval.max_sequences=40", "--config.eval.batch_size=64"],
+                        cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    rep = json.loads((wd / "report.json").read_text())
+    assert rep["kind"] == "network" and rep["estimator"] == "k_dce"
+    assert rep["checkpoint_step"] == 3 and rep["params"] == "ema"
+    assert rep["num_samples_per_sequence"] == 3 and rep["data"]["num_sequences"] == 40
+    assert rep["forward_passes"] == 120 and rep["data"]["seq_len"] == 16
+    assert 0 < rep["bits_per_char"] < 10 and rep["bits_per_char_stderr"] > 0
+    assert rep["stderr_kind"].startswith("data+mc")
+    assert "bits per character" in ev.stdout and (wd / "report.txt").exists()
