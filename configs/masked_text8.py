@@ -49,7 +49,7 @@ def get_config():
     c.train.ckpt_every = 10_000
     c.train.keep_checkpoints = 3
 
-    c.eval.estimator = "time_free"
+    c.eval.estimator = "k_dce"
     c.eval.num_samples = 8
     c.eval.batch_size = 512
     return c

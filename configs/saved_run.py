@@ -1,13 +1,26 @@
 """The config a training run saved in its workdir: `--config configs/saved_run.py:WORKDIR`.
 
 evaluate.py uses it when given `--workdir` without `--config`, so overrides such as
-`--config.eval.num_samples=16` apply to the run's own config.
+`--config.eval.num_samples=16` apply to the run's own config. Keys that the run's experiment
+config (configs/<experiment>.py) has gained since the run was saved are filled in from it, so
+an older run can still be evaluated with newer evaluation options.
 """
 
+import importlib
 import json
 import os
 
 import ml_collections
+
+
+def _fill_missing(saved: dict, defaults: dict) -> dict:
+    out = dict(saved)
+    for k, v in defaults.items():
+        if k not in out:
+            out[k] = v
+        elif isinstance(v, dict) and isinstance(out[k], dict):
+            out[k] = _fill_missing(out[k], v)
+    return out
 
 
 def get_config(workdir: str) -> ml_collections.ConfigDict:
@@ -17,4 +30,12 @@ def get_config(workdir: str) -> ml_collections.ConfigDict:
             f"{path} not found: is {workdir!r} a training workdir (python train.py --workdir ...)?"
         )
     with open(path) as f:
-        return ml_collections.ConfigDict(json.load(f))
+        saved = json.load(f)
+    experiment = saved.get("experiment", "")
+    try:
+        module = importlib.import_module(f"configs.{experiment}") if experiment else None
+    except ImportError:
+        module = None
+    if module is not None and hasattr(module, "get_config"):
+        saved = _fill_missing(saved, module.get_config().to_dict())
+    return ml_collections.ConfigDict(saved)

@@ -90,6 +90,15 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
     se_data = float(means.std(ddof=1) / math.sqrt(N)) if N > 1 else float("nan")
     se = se_data if subset else se_mc
     unigram = text.unigram_entropy_bits(corpus.train)
+    samples = []
+    n_gen = int(ev.get("num_generate", 4))
+    if n_gen > 0:
+        from infodiff.processes import masked
+
+        gen = masked.ancestral_sample(
+            denoiser, jax.random.PRNGKey(ev.seed + 1), n_gen, L, denoiser.vocab_size,
+            _schedule(config), int(ev.get("sample_steps", L)))
+        samples = [text.decode(np.asarray(row)) for row in gen]
     report = {
         "version": REPORT_VERSION,
         "kind": "network",
@@ -112,6 +121,8 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
         "bits_per_char": nll / (L * LN2),
         "bits_per_char_stderr": se / (L * LN2),
         "per_sample_std_nats": float(np.sqrt(np.mean(est.per_sample_std**2))),
+        "samples": samples,
+        "sample_steps": int(ev.get("sample_steps", L)) if samples else 0,
         "seed": int(ev.seed),
         "wall_time_s": time.time() - t0,
         "env": _env(),
@@ -269,7 +280,11 @@ def format_report(report: dict) -> str:
             ["unigram entropy (train)", f"{d['unigram_entropy_bits_per_char']:.4f} bits/char"],
             ["wall time", f"{report['wall_time_s']:.1f} s"],
         ]
-        return "infodiff likelihood report\n" + _table(["quantity", "value"], rows)
+        out = "infodiff likelihood report\n" + _table(["quantity", "value"], rows)
+        if report.get("samples"):
+            out += (f"\n\nsamples (MD4 ancestral sampler, {report['sample_steps']} steps):\n"
+                    + "\n".join(f"  | {s}" for s in report["samples"]))
+        return out
 
     parts = [f"infodiff oracle report: {report['oracle']} ({report['table']}), "
              f"{report['num_sequences']} sequences of length {report['seq_len']}"
