@@ -209,6 +209,10 @@ def evaluate_oracle(config: ml_collections.ConfigDict) -> dict:
     kw = dict(num_samples=int(ev.num_samples), batch_size=int(ev.batch_size), schedule=sched)
     results = {"unconditional": [], "conditional": [], "ratio": []}
     truth_x = -orc.log_prob(x)
+    if P > 0 and R > 0:
+        # One alternative response per prompt, y' ~ p(. | x), shared by every estimator.
+        y_alt = (orc.sample_response(rng, x[:, :P], R) if d.name == "markov"
+                 else orc.sample_response(rng, x[:, :P]))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         for i, name in enumerate(estimators):
@@ -222,8 +226,6 @@ def evaluate_oracle(config: ml_collections.ConfigDict) -> dict:
                 truth_c = -orc.cond_log_prob(x, target)
                 est = lk.conditional_nll(orc, prompt, y, jax.random.fold_in(k, 1), estimator=name, **kw)
                 results["conditional"].append(_summarise(est, truth_c))
-                y_alt = (orc.sample_response(rng, prompt, R) if d.name == "markov"
-                         else orc.sample_response(rng, prompt))
                 x_alt = np.concatenate([prompt, y_alt], axis=1)
                 truth_r = orc.cond_log_prob(x, target) - orc.cond_log_prob(x_alt, target)
                 pair = {}
