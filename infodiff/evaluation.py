@@ -95,9 +95,14 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
     if n_gen > 0:
         from infodiff.processes import masked
 
-        gen = masked.ancestral_sample(
-            denoiser, jax.random.PRNGKey(ev.seed + 1), n_gen, L, denoiser.vocab_size,
-            _schedule(config), int(ev.get("sample_steps", L)))
+        sched, steps = _schedule(config), int(ev.get("sample_steps", L))
+
+        @jax.jit
+        def generate(params, key):
+            den = lambda z, t: denoiser.apply_params(params, z, t)  # noqa: E731
+            return masked.ancestral_sample(den, key, n_gen, L, denoiser.vocab_size, sched, steps)
+
+        gen = generate(denoiser.params, jax.random.PRNGKey(ev.seed + 1))
         samples = [text.decode(np.asarray(row)) for row in gen]
     report = {
         "version": REPORT_VERSION,

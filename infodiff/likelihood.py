@@ -107,8 +107,27 @@ def _spec(estimator: str, schedule) -> masked.MaskSpec:
     return masked.MaskSpec(name=estimator, schedule=schedule, exact_boundaries=True)
 
 
-@functools.partial(jax.jit, static_argnames=("denoiser", "spec", "vocab_size", "num_samples"))
-def _chunk_values(denoiser, spec, vocab_size, num_samples, key, xs_NxBxL, target_BxL):
+@dataclasses.dataclass(frozen=True)
+class _NoParams:
+    """Adapter: a denoiser without separate parameters as fn(params, z, t)."""
+
+    denoiser: object
+
+    def __call__(self, params, z_BxL, t_B):
+        del params
+        return self.denoiser(z_BxL, t_B)
+
+
+def _split_denoiser(denoiser):
+    """(static fn(params, z, t), params): a network's parameters are passed to jit as
+    arguments, not compiled in as constants; oracles carry no parameters."""
+    if hasattr(denoiser, "apply_params") and hasattr(denoiser, "params"):
+        return denoiser.apply_params, denoiser.params
+    return _NoParams(denoiser), None
+
+
+@functools.partial(jax.jit, static_argnames=("apply_fn", "spec", "vocab_size", "num_samples"))
+def _chunk_values(apply_fn, params, spec, vocab_size, num_samples, key, xs_NxBxL, target_BxL):
     """S draws per row; the SAME masks are applied to every x in xs (coupling).
 
     Returns float32 [N, B, S]: weight * masked CE for each of the N inputs.
@@ -120,7 +139,7 @@ def _chunk_values(denoiser, spec, vocab_size, num_samples, key, xs_NxBxL, target
     for n in range(N):
         x = jnp.repeat(xs_NxBxL[n], num_samples, axis=0)
         z = masked.corrupt(x, mask, vocab_size)
-        ce = masked.masked_cross_entropy(denoiser(z, t), x, mask)
+        ce = masked.masked_cross_entropy(apply_fn(params, z, t), x, mask)
         outs.append((w * ce).reshape(B, num_samples))
     return jnp.stack(outs)
 
@@ -129,6 +148,7 @@ def _run(denoiser, xs_NxBxL, target_BxL, key, spec, vocab_size, num_samples, bat
          independent: bool, progress: bool = False):
     """Host loop over chunks of rows and samples; float64 accumulation. -> float64 [N, B, S]."""
     N, B, L = xs_NxBxL.shape
+    apply_fn, params = _split_denoiser(denoiser)
     # Samples per call so that (rows x samples) fits batch_size.
     s_chunk = max(1, min(num_samples, batch_size // max(1, min(B, batch_size))))
     b_chunk = max(1, min(B, batch_size // s_chunk))
@@ -149,11 +169,11 @@ def _run(denoiser, xs_NxBxL, target_BxL, key, spec, vocab_size, num_samples, bat
             if independent:
                 for n in range(N):
                     kn = jax.random.fold_in(k, 1_000_003 + n)
-                    vals = _chunk_values(denoiser, spec, vocab_size, s_chunk, kn,
+                    vals = _chunk_values(apply_fn, params, spec, vocab_size, s_chunk, kn,
                                          xs_NxBxL[n:n + 1, rows], target_BxL[rows])
                     out[n, b0:b1, s0:s1] = np.asarray(vals[0], np.float64)[: b1 - b0, : s1 - s0]
             else:
-                vals = _chunk_values(denoiser, spec, vocab_size, s_chunk, k,
+                vals = _chunk_values(apply_fn, params, spec, vocab_size, s_chunk, k,
                                      xs_NxBxL[:, rows], target_BxL[rows])
                 out[:, b0:b1, s0:s1] = np.asarray(vals, np.float64)[:, : b1 - b0, : s1 - s0]
             if bar is not None:

@@ -190,7 +190,12 @@ class Denoiser:
     def __call__(self, z_BxL: jax.Array, t_B: jax.Array) -> jax.Array:
         """z_BxL int [B, L] ids in [0, V] (V = MASK), t_B float32 [B] in [0, 1] ->
         float32 [B, L, V] log-probabilities over the V real tokens."""
-        return self.model.apply({"params": self.params}, z_BxL, t_B, train=False)
+        return self.apply_params(self.params, z_BxL, t_B)
+
+    def apply_params(self, params: Any, z_BxL: jax.Array, t_B: jax.Array) -> jax.Array:
+        """The same with explicit ``params``, so jitted callers pass them as arguments
+        (rather than baking them into the compiled program as constants)."""
+        return self.model.apply({"params": params}, z_BxL, t_B, train=False)
 
 
 def make_denoiser(model: Transformer, params: Any) -> Denoiser:
