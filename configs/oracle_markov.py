@@ -33,7 +33,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.process.eps = 1e-4
 
     c.eval = ml_collections.ConfigDict()
-    c.eval.estimators = "t_dce,lambda_dce,k_dce,time_free"
+    c.eval.estimators = "t_dce,lambda_dce,k_dce,time_free,stratified"
     c.eval.num_sequences = 16
     c.eval.num_samples = 1024
     c.eval.batch_size = 4096

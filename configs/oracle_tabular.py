@@ -30,7 +30,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.process.eps = 1e-4
 
     c.eval = ml_collections.ConfigDict()
-    c.eval.estimators = "t_dce,lambda_dce,k_dce,time_free"
+    c.eval.estimators = "t_dce,lambda_dce,k_dce,time_free,stratified"
     c.eval.num_sequences = 16     # sequences drawn from the distribution
     c.eval.num_samples = 1024     # Monte Carlo samples per sequence (= forward passes)
     c.eval.batch_size = 4096

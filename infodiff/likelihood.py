@@ -9,8 +9,10 @@ A denoiser is any function (z_BxL int32, t_B float32) -> logprobs_BxLxV over the
 (`infodiff.oracles`). Estimators (shared/specs/masked_and_score_entropy.md §6; arXiv
 2510.24088): 't_dce' (time integral, Eq. 13 in t), 'lambda_dce' (Eq. 13 in lambda; infinite
 variance -- its standard error is flagged as unreliable), 'k_dce' (any-order autoregressive
-form) and 'time_free' (Thm 4.1 / Eq. 15; conditional Eq. 17; m = L included). The coupled
-log-ratio (Eq. 18) shares every mask between the two terms.
+form), 'time_free' (Thm 4.1 / Eq. 15; conditional Eq. 17; m = L included) and
+'stratified' (ours: one m-subset per mask count m = 1..n, n forward passes per sample; see
+`infodiff.processes.masked`). The coupled log-ratio (Eq. 18) shares every mask between the
+two terms.
 
 Units: nats per sequence (the sum over the target positions), unless a function says otherwise.
 Each per-sample value is computed in float32 on the device and every Monte Carlo sum,
@@ -44,7 +46,8 @@ class Estimate:
     samples: float64 [B, S] one-sample estimates (nats per sequence); their mean over S is
       `mean` and stderr = std(samples, ddof=1) / sqrt(S).
     num_samples: S Monte Carlo samples per sequence.
-    forward_passes: denoiser evaluations per sequence (S, or 2 S for a ratio).
+    forward_passes: denoiser evaluations per sequence (S, or 2 S for a ratio; times n for the
+      stratified estimator, whose one sample uses n passes).
     """
 
     estimator: str
@@ -126,22 +129,39 @@ def _split_denoiser(denoiser):
     return _NoParams(denoiser), None
 
 
-@functools.partial(jax.jit, static_argnames=("apply_fn", "spec", "vocab_size", "num_samples"))
-def _chunk_values(apply_fn, params, spec, vocab_size, num_samples, key, xs_NxBxL, target_BxL):
+@functools.partial(jax.jit, static_argnames=("apply_fn", "spec", "vocab_size", "num_samples", "per"))
+def _chunk_values(apply_fn, params, spec, vocab_size, num_samples, key, xs_NxBxL, target_BxL,
+                  per=1):
     """S draws per row; the SAME masks are applied to every x in xs (coupling).
 
     Returns float32 [N, B, S]: weight * masked CE for each of the N inputs.
     """
     N, B, L = xs_NxBxL.shape
-    tgt = jnp.repeat(target_BxL, num_samples, axis=0)  # [B*S, L]
+    # Rows per Monte Carlo sample `per`: 1, or n (one per stratum m = 1..n) for 'stratified'.
+    tgt = jnp.repeat(target_BxL, num_samples * per, axis=0)  # [B*S*per, L]
     mask, t, w = masked.draw_masks(spec, key, tgt)
     outs = []
     for n in range(N):
-        x = jnp.repeat(xs_NxBxL[n], num_samples, axis=0)
+        x = jnp.repeat(xs_NxBxL[n], num_samples * per, axis=0)
         z = masked.corrupt(x, mask, vocab_size)
         ce = masked.masked_cross_entropy(apply_fn(params, z, t), x, mask)
-        outs.append((w * ce).reshape(B, num_samples))
+        outs.append((w * ce).reshape(B, num_samples, per).sum(axis=-1))
     return jnp.stack(outs)
+
+
+def rows_per_sample(spec, target_BxL) -> int:
+    """Forward passes per Monte Carlo sample: n (the common target count) for 'stratified',
+    else 1. Needs a concrete target array for 'stratified'; raises ValueError if its rows
+    have different target counts."""
+    if spec.name != "stratified":
+        return 1
+    counts = np.unique(np.asarray(target_BxL).sum(axis=-1))
+    if len(counts) != 1 or counts[0] < 1:
+        raise ValueError(
+            "the stratified estimator needs the same number (>= 1) of target positions in every "
+            f"row; got counts {counts.tolist()}"
+        )
+    return int(counts[0])
 
 
 def _run(denoiser, xs_NxBxL, target_BxL, key, spec, vocab_size, num_samples, batch_size,
@@ -149,9 +169,11 @@ def _run(denoiser, xs_NxBxL, target_BxL, key, spec, vocab_size, num_samples, bat
     """Host loop over chunks of rows and samples; float64 accumulation. -> float64 [N, B, S]."""
     N, B, L = xs_NxBxL.shape
     apply_fn, params = _split_denoiser(denoiser)
-    # Samples per call so that (rows x samples) fits batch_size.
-    s_chunk = max(1, min(num_samples, batch_size // max(1, min(B, batch_size))))
-    b_chunk = max(1, min(B, batch_size // s_chunk))
+    per = rows_per_sample(spec, target_BxL)
+    # Samples per call so that (rows x samples x per) fits batch_size.
+    budget = max(1, batch_size // per)
+    s_chunk = max(1, min(num_samples, budget // max(1, min(B, budget))))
+    b_chunk = max(1, min(B, budget // s_chunk))
     out = np.zeros((N, B, num_samples), np.float64)
     # Every call has the same shape (the last chunk is padded and trimmed): one compilation.
     bar = None
@@ -170,11 +192,11 @@ def _run(denoiser, xs_NxBxL, target_BxL, key, spec, vocab_size, num_samples, bat
                 for n in range(N):
                     kn = jax.random.fold_in(k, 1_000_003 + n)
                     vals = _chunk_values(apply_fn, params, spec, vocab_size, s_chunk, kn,
-                                         xs_NxBxL[n:n + 1, rows], target_BxL[rows])
+                                         xs_NxBxL[n:n + 1, rows], target_BxL[rows], per=per)
                     out[n, b0:b1, s0:s1] = np.asarray(vals[0], np.float64)[: b1 - b0, : s1 - s0]
             else:
                 vals = _chunk_values(apply_fn, params, spec, vocab_size, s_chunk, k,
-                                     xs_NxBxL[:, rows], target_BxL[rows])
+                                     xs_NxBxL[:, rows], target_BxL[rows], per=per)
                 out[:, b0:b1, s0:s1] = np.asarray(vals, np.float64)[:, : b1 - b0, : s1 - s0]
             if bar is not None:
                 bar.update(N if independent else 1)
@@ -217,7 +239,7 @@ def nll(denoiser, x_BxL, key, *, estimator: str = "time_free", num_samples: int 
       denoiser: (z_BxL int32, t_B float32) -> logprobs_BxLxV (normalised over V real tokens).
       x_BxL: int [B, L] token ids in [0, V).
       key: PRNG key; results are a pure function of it.
-      estimator: 't_dce' | 'lambda_dce' | 'k_dce' | 'time_free'.
+      estimator: 't_dce' | 'lambda_dce' | 'k_dce' | 'time_free' | 'stratified'.
       num_samples: Monte Carlo samples S per sequence (>= 2).
       batch_size: rows per denoiser call (memory knob; results do not depend on it only up
         to the grouping of random draws, which is fixed by (key, B, batch_size)).
@@ -246,7 +268,9 @@ def nll(denoiser, x_BxL, key, *, estimator: str = "time_free", num_samples: int 
     spec = _spec(estimator, schedule)
     vals = _run(denoiser, x[None], target, key, spec, V, int(num_samples), int(batch_size), False,
                 progress=progress)
-    return Estimate(estimator, vals[0], forward_passes=int(num_samples), infinite_variance=inf_var)
+    per = rows_per_sample(spec, target)
+    return Estimate(estimator, vals[0], forward_passes=int(num_samples) * per,
+                    infinite_variance=inf_var)
 
 
 def _concat(prompt_BxP, response_BxR, V):
@@ -307,5 +331,6 @@ def log_ratio(denoiser, prompt_BxP, response_BxR, alt_response_BxR, key, *, coup
                 int(batch_size) // 2 or 1, independent=not coupled)
     # log p(ya|x) - log p(yb|x) = NLL(yb) - NLL(ya)
     name = f"{estimator}:{'coupled' if coupled else 'decoupled'}"
-    return Estimate(name, vals[1] - vals[0], forward_passes=2 * int(num_samples),
+    per = rows_per_sample(spec, target)
+    return Estimate(name, vals[1] - vals[0], forward_passes=2 * int(num_samples) * per,
                     infinite_variance=inf_var)

@@ -33,7 +33,7 @@ def test_oracle_tabular_cli_from_file(tmp_path):
     assert (out / "report.txt").exists()
     assert rep["kind"] == "oracle" and rep["num_sequences"] == 4
     names = [u["estimator"] for u in rep["results"]["unconditional"]]
-    assert names == ["t_dce", "lambda_dce", "k_dce", "time_free"]
+    assert names == ["t_dce", "lambda_dce", "k_dce", "time_free", "stratified"]
     for section in ("unconditional", "conditional"):
         for row in rep["results"][section]:
             assert abs(row["bias"]) < 4 * row["bias_stderr"], row
