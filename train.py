@@ -16,8 +16,6 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # quiet XLA/TSL C++ info logs
 
-import logging as py_logging  # noqa: E402
-
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
@@ -34,29 +32,14 @@ _LIBRARY_LOGS = flags.DEFINE_bool(
 )
 flags.mark_flag_as_required("workdir")
 
-_NOISY = ("/orbax/", "/jax/", "/jaxlib/", "/flax/", "/etils/", "/tensorstore/")
-
-
-class _QuietLibraries(py_logging.Filter):
-    """Drop sub-WARNING absl records emitted from library code (orbax logs every save step)."""
-
-    def filter(self, record: py_logging.LogRecord) -> bool:
-        if record.levelno >= py_logging.WARNING:
-            return True
-        path = record.pathname.replace(os.sep, "/")
-        return not any(s in path for s in _NOISY)
-
-
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected positional arguments: {argv[1:]}")
-    if not _LIBRARY_LOGS.value:
-        py_logging.getLogger("absl").addFilter(_QuietLibraries())
-        for name in ("jax", "orbax", "flax", "etils"):  # libraries that use std logging
-            py_logging.getLogger(name).setLevel(py_logging.WARNING)
-    logging.set_verbosity(logging.INFO)
-
     from infodiff import training  # imports jax; after flag parsing so --help is fast
+
+    if not _LIBRARY_LOGS.value:
+        training.quiet_library_logs()
+    logging.set_verbosity(logging.INFO)
 
     config = _CONFIG.value
     logging.info("config:\n%s", config)

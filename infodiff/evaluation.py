@@ -65,6 +65,11 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
     t0 = time.time()
     ev = config.eval
+    _check_estimators(ev.estimator)
+    if int(ev.max_sequences) < 0 or int(ev.num_samples) < 2:
+        raise ValueError(
+            f"need config.eval.max_sequences >= 0 and config.eval.num_samples >= 2; got "
+            f"{ev.max_sequences}, {ev.num_samples}")
     corpus = training.load_config_corpus(config)
     split = corpus.split(ev.split)
     L = int(config.data.seq_len)
@@ -75,6 +80,13 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
         rng = np.random.default_rng(ev.seed)
         chunks = chunks[np.sort(rng.choice(total_chunks, ev.max_sequences, replace=False))]
 
+    saved = training.saved_config(workdir)
+    diff = training.config_differences(saved, json.loads(config.to_json_best_effort()))
+    if diff:
+        raise training.ConfigMismatchError(
+            f"the config differs from the one {workdir!r} was trained with in: {', '.join(diff)} "
+            "(evaluate with the run's own config: `evaluate.py --workdir W` without --config; "
+            "only eval.* may be overridden)")
     state, meta = training.load_checkpoint(workdir, config=config)
     params = state.ema_params if ev.use_ema else state.params
     denoiser = training.make_denoiser(training.make_model(config), params)
@@ -161,6 +173,17 @@ def _load_or_make_oracle(config, out_dir):
     return orc, source
 
 
+def _check_estimators(spec: str) -> list[str]:
+    """Parse 'a,b,c' and check every name before any work is done."""
+    names = [e.strip() for e in str(spec).split(",") if e.strip()]
+    if not names:
+        raise ValueError("config.eval.estimators is empty; e.g. 'k_dce,time_free'")
+    bad = [e for e in names if e not in lk.ESTIMATORS]
+    if bad:
+        raise ValueError(f"unknown estimator {bad[0]!r} in config.eval.estimators; choose from {lk.ESTIMATORS}")
+    return names
+
+
 def _summarise(est: lk.Estimate, truth: np.ndarray, budget: int = 1024) -> dict:
     """Per-estimator summary over sequences: bias and its SE, per-sample spread."""
     N = len(truth)
@@ -174,8 +197,10 @@ def _summarise(est: lk.Estimate, truth: np.ndarray, budget: int = 1024) -> dict:
         "mean_exact": float(truth.mean()),
         "bias": float(bias.mean()),
         "bias_stderr": bias_se,
+        # z is undefined (NaN -> null in report.json) when the estimator is exact (SE = 0).
         "bias_z": float(bias.mean() / bias_se) if bias_se > 0 else float("nan"),
-        "max_abs_z_per_sequence": float(np.max(np.abs(bias / est.stderr))),
+        "max_abs_z_per_sequence": (float(np.max(np.abs(bias / est.stderr)))
+                                   if np.all(est.stderr > 0) else float("nan")),
         "per_sample_std": math.sqrt(var_sample),
         "per_sample_variance": var_sample,
         "variance_per_forward_pass": var_sample * fp_per_sample,
@@ -196,19 +221,25 @@ def evaluate_oracle(config: ml_collections.ConfigDict) -> dict:
     """
     t0 = time.time()
     ev, d = config.eval, config.data
+    estimators = _check_estimators(ev.estimators)
+    if int(ev.num_sequences) < 1:
+        raise ValueError(f"config.eval.num_sequences must be >= 1; got {ev.num_sequences}")
     out_dir = ev.output_dir
     orc, source = _load_or_make_oracle(config, out_dir)
     rng = np.random.default_rng(ev.seed)
     if d.name == "markov":
         P, R = int(d.prompt_len), int(d.response_len)
-        if P + R < 1:
-            raise ValueError("data.prompt_len + data.response_len must be >= 1")
+        if P < 0 or R < 1:
+            raise ValueError(f"need data.prompt_len >= 0 and data.response_len >= 1; got {P}, {R}")
         x = orc.sample(rng, ev.num_sequences, length=P + R)
     else:
         x = orc.sample(rng, ev.num_sequences)
         P = int(d.get("prompt_len", 0))
+        if not 0 <= P < x.shape[1]:
+            raise ValueError(
+                f"config.data.prompt_len={P} must be in [0, {x.shape[1] - 1}] for sequences of "
+                f"length {x.shape[1]}")
         R = x.shape[1] - P
-    estimators = [e.strip() for e in ev.estimators.split(",") if e.strip()]
     sched = _schedule(config)
     key = jax.random.PRNGKey(ev.seed)
     kw = dict(num_samples=int(ev.num_samples), batch_size=int(ev.batch_size), schedule=sched)
@@ -239,8 +270,11 @@ def evaluate_oracle(config: ml_collections.ConfigDict) -> dict:
                                        coupled=coupled, estimator=name, **kw)
                     pair["coupled" if coupled else "decoupled"] = _summarise(est, truth_r)
                 pair["estimator"] = name
+                vc, vd = pair["coupled"]["per_sample_variance"], pair["decoupled"]["per_sample_variance"]
+                # Undefined (NaN) when both are 0, e.g. a one-token response, where
+                # k_dce / time_free / stratified are exact.
                 pair["variance_ratio_decoupled_over_coupled"] = (
-                    pair["decoupled"]["per_sample_variance"] / pair["coupled"]["per_sample_variance"])
+                    vd / vc if vc > 0 else (float("inf") if vd > 0 else float("nan")))
                 results["ratio"].append(pair)
     return {
         "version": REPORT_VERSION,
@@ -328,17 +362,32 @@ def format_report(report: dict) -> str:
     return "\n".join(parts)
 
 
+def _strict_json(obj):
+    """NaN / inf -> None so report.json is strict JSON (jq, JavaScript)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_strict_json(v) for v in obj]
+    return obj
+
+
 def write_report(report: dict, out_dir: str) -> tuple[str, str]:
-    """Write report.json and report.txt into out_dir; return their paths."""
+    """Write report.json (strict JSON: undefined numbers are null) and report.txt into
+    out_dir; return their paths. The text is formatted first, so a failure leaves the
+    previous report in place."""
+    text = format_report(report)
     os.makedirs(out_dir, exist_ok=True)
     jpath = os.path.join(out_dir, "report.json")
     tpath = os.path.join(out_dir, "report.txt")
     tmp = jpath + ".tmp"
     with open(tmp, "w") as f:
-        json.dump(report, f, indent=2)
+        json.dump(_strict_json(report), f, indent=2, allow_nan=False)
     os.replace(tmp, jpath)
-    with open(tpath, "w") as f:
-        f.write(format_report(report) + "\n")
+    with open(tpath + ".tmp", "w") as f:
+        f.write(text + "\n")
+    os.replace(tpath + ".tmp", tpath)
     return jpath, tpath
 
 

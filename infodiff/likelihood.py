@@ -34,7 +34,7 @@ from infodiff import schedules as schedules_lib
 from infodiff.oracles import validate_tokens
 from infodiff.processes import masked
 
-__all__ = ["Estimate", "nll", "conditional_nll", "log_ratio", "ESTIMATORS"]
+__all__ = ["Estimate", "nll", "conditional_nll", "paired_conditional_nll", "log_ratio", "ESTIMATORS"]
 
 ESTIMATORS = masked.ESTIMATORS
 
@@ -144,8 +144,14 @@ def _chunk_values(apply_fn, params, spec, vocab_size, num_samples, key, xs_NxBxL
     for n in range(N):
         x = jnp.repeat(xs_NxBxL[n], num_samples * per, axis=0)
         z = masked.corrupt(x, mask, vocab_size)
-        ce = masked.masked_cross_entropy(apply_fn(params, z, t), x, mask)
-        outs.append((w * ce).reshape(B, num_samples, per).sum(axis=-1))
+        logprobs = apply_fn(params, z, t)
+        if logprobs.shape != (x.shape[0], L, vocab_size):
+            raise ValueError(
+                f"the denoiser returned shape {logprobs.shape}, expected {(x.shape[0], L, vocab_size)} "
+                f"(vocab_size={vocab_size} does not match the denoiser?)")
+        ce = masked.masked_cross_entropy(logprobs, x, mask)
+        # No mask -> no contribution, even where the weight is infinite (t = 0 exactly).
+        outs.append(jnp.where(mask.any(-1), w * ce, 0.0).reshape(B, num_samples, per).sum(axis=-1))
     return jnp.stack(outs)
 
 
@@ -212,17 +218,23 @@ def _run(denoiser, xs_NxBxL, target_BxL, key, spec, vocab_size, num_samples, bat
 
 
 def _check_common(num_samples, batch_size):
+    for name, v in (("num_samples", num_samples), ("batch_size", batch_size)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{name} must be an integer; got {v!r}")
     if int(num_samples) < 2:
         raise ValueError(f"num_samples must be >= 2 to report a standard error; got {num_samples}")
     if int(batch_size) < 1:
         raise ValueError(f"batch_size must be >= 1; got {batch_size}")
 
 
-def _warn_lambda(estimator):
-    if estimator == "lambda_dce":
+def _warn_lambda(estimator, schedule=None):
+    """Flag the estimators with infinite variance: lambda_dce always; t_dce when the
+    schedule reaches lambda = 0 at t = 0 (weight ~ 1/t, e.g. loglinear or eps = 0)."""
+    sched = schedule or schedules_lib.LinearSchedule()
+    if estimator == "lambda_dce" or (estimator == "t_dce" and sched.lambda_min <= 0.0):
         warnings.warn(
-            "lambda_dce has infinite variance (spec §6.2): its standard error is not reliable; "
-            "prefer time_free or k_dce for reported numbers",
+            f"{estimator} has infinite variance here (spec §6.2): its standard error is not "
+            "reliable; prefer k_dce, stratified or time_free for reported numbers",
             RuntimeWarning,
             stacklevel=3,
         )
@@ -264,7 +276,7 @@ def nll(denoiser, x_BxL, key, *, estimator: str = "time_free", num_samples: int 
         target = np.asarray(target_BxL)
         if target.shape != x.shape or target.dtype != bool:
             raise ValueError(f"target_BxL must be bool with shape {x.shape}; got {target.dtype} {target.shape}")
-    inf_var = _warn_lambda(estimator)
+    inf_var = _warn_lambda(estimator, schedule)
     spec = _spec(estimator, schedule)
     vals = _run(denoiser, x[None], target, key, spec, V, int(num_samples), int(batch_size), False,
                 progress=progress)
@@ -300,19 +312,17 @@ def conditional_nll(denoiser, prompt_BxP, response_BxR, key, **kwargs) -> Estima
     return nll(denoiser, x, key, target_BxL=target, **kwargs)
 
 
-def log_ratio(denoiser, prompt_BxP, response_BxR, alt_response_BxR, key, *, coupled: bool = True,
-              estimator: str = "time_free", num_samples: int = 128, batch_size: int = 1024,
-              schedule=None, vocab_size: int | None = None) -> Estimate:
-    """Estimate log p(y | x) - log p(y' | x) per triple, in nats.
+def paired_conditional_nll(denoiser, prompt_BxP, response_BxR, alt_response_BxR, key, *,
+                           coupled: bool = True, estimator: str = "time_free",
+                           num_samples: int = 128, batch_size: int = 1024, schedule=None,
+                           vocab_size: int | None = None) -> tuple[Estimate, Estimate]:
+    """-log p(y | x) and -log p(y' | x) per triple, nats per response, as two Estimates.
 
-    coupled=True (arXiv 2510.24088 Eq. 18): every Monte Carlo sample uses the same mask
-    (same masked positions, same weight, same time) for y and y', so the variance from the
-    mask draw cancels (common random numbers). coupled=False draws independent masks for the
-    two terms (for comparison). Either way each sample costs 2 forward passes.
-
-    Unequal lengths: y and y' must have the same length R (the masks are shared position by
-    position); pad both to a common length yourself if your data differ. Raises ValueError
-    naming both shapes otherwise. Returns Estimate whose samples are per-sample differences.
+    coupled=True (arXiv 2510.24088 Eq. 18): sample s of both uses the same mask (positions,
+    weight, time), so their difference has the variance of common random numbers;
+    coupled=False draws independent masks. Each Estimate counts its own forward passes.
+    y and y' must have the same length R (masks are shared position by position); pad both
+    to a common length yourself if your data differ. Raises ValueError naming both shapes.
     """
     V = _vocab_size(denoiser, vocab_size)
     ya = np.asarray(response_BxR)
@@ -325,12 +335,34 @@ def log_ratio(denoiser, prompt_BxP, response_BxR, alt_response_BxR, key, *, coup
     xa, target = _concat(prompt_BxP, ya, V)
     xb, _ = _concat(prompt_BxP, yb, V)
     _check_common(num_samples, batch_size)
-    inf_var = _warn_lambda(estimator)
+    inf_var = _warn_lambda(estimator, schedule)
     spec = _spec(estimator, schedule)
     vals = _run(denoiser, np.stack([xa, xb]), target, key, spec, V, int(num_samples),
                 int(batch_size) // 2 or 1, independent=not coupled)
+    fp = int(num_samples) * rows_per_sample(spec, target)
+    return (Estimate(estimator, vals[0], forward_passes=fp, infinite_variance=inf_var),
+            Estimate(estimator, vals[1], forward_passes=fp, infinite_variance=inf_var))
+
+
+def log_ratio(denoiser, prompt_BxP, response_BxR, alt_response_BxR, key, *, coupled: bool = True,
+              estimator: str = "time_free", num_samples: int = 128, batch_size: int = 1024,
+              schedule=None, vocab_size: int | None = None) -> Estimate:
+    """Estimate log p(y | x) - log p(y' | x) per triple, in nats.
+
+    coupled=True (arXiv 2510.24088 Eq. 18): every Monte Carlo sample uses the same mask
+    (same masked positions, same weight, same time) for y and y', so the variance from the
+    mask draw cancels (common random numbers). coupled=False draws independent masks for the
+    two terms (for comparison). Either way each sample costs 2 forward passes (2 n for the
+    stratified estimator).
+
+    Unequal lengths: y and y' must have the same length R (the masks are shared position by
+    position); pad both to a common length yourself if your data differ. Raises ValueError
+    naming both shapes otherwise. Returns Estimate whose samples are per-sample differences.
+    """
+    ea, eb = paired_conditional_nll(denoiser, prompt_BxP, response_BxR, alt_response_BxR, key,
+                                    coupled=coupled, estimator=estimator, num_samples=num_samples,
+                                    batch_size=batch_size, schedule=schedule, vocab_size=vocab_size)
     # log p(ya|x) - log p(yb|x) = NLL(yb) - NLL(ya)
     name = f"{estimator}:{'coupled' if coupled else 'decoupled'}"
-    per = rows_per_sample(spec, target)
-    return Estimate(name, vals[1] - vals[0], forward_passes=2 * int(num_samples) * per,
-                    infinite_variance=inf_var)
+    return Estimate(name, eb.samples - ea.samples, forward_passes=ea.forward_passes + eb.forward_passes,
+                    infinite_variance=ea.infinite_variance)

@@ -94,6 +94,8 @@ def validate_tokens(x, vocab_size: int, name: str = "x", seq_len: int | None = N
         raise TypeError(f"{name} must hold integer token ids; got dtype {arr.dtype}")
     if arr.ndim != 2:
         raise ValueError(f"{name} must have shape [batch, length]; got shape {arr.shape}")
+    if arr.shape[1] < 1:
+        raise ValueError(f"{name} has zero-length sequences: shape {arr.shape}")
     if seq_len is not None and arr.shape[1] != seq_len:
         raise ValueError(f"{name} must have length {seq_len}; got shape {arr.shape}")
     bad = (arr < 0) | (arr >= vocab_size)
@@ -103,6 +105,15 @@ def validate_tokens(x, vocab_size: int, name: str = "x", seq_len: int | None = N
             f"{name}[{b}, {l}] = {arr[b, l]} is outside the vocabulary [0, {vocab_size})"
         )
     return arr.astype(np.int32)
+
+
+def _check_alphabet(alphabet: str) -> str:
+    if not isinstance(alphabet, str) or not alphabet:
+        raise ValueError(f"alphabet must be a non-empty string; got {alphabet!r}")
+    dup = [c for c in set(alphabet) if alphabet.count(c) > 1]
+    if dup:
+        raise ValueError(f"alphabet {alphabet!r} repeats the symbol {sorted(dup)[0]!r}")
+    return alphabet
 
 
 class _Oracle:
@@ -166,7 +177,7 @@ class TabularOracle(_Oracle):
     """
 
     def __init__(self, seqs_KxL, probs_K, alphabet: str):
-        self.alphabet = alphabet
+        self.alphabet = _check_alphabet(alphabet)
         self.vocab_size = len(alphabet)
         seqs = validate_tokens(seqs_KxL, self.vocab_size, name="support sequences")
         probs = np.asarray(probs_K, np.float64)
@@ -217,6 +228,7 @@ class TabularOracle(_Oracle):
             )
         if alphabet is None:
             alphabet = "".join(sorted(set("".join(keys))))
+        _check_alphabet(alphabet)
         obj = cls.__new__(cls)
         obj.alphabet = alphabet
         obj.vocab_size = len(alphabet)
@@ -298,7 +310,7 @@ class MarkovOracle(_Oracle):
     """
 
     def __init__(self, trans_SxV, alphabet: str, seq_len: int | None = None):
-        self.alphabet = alphabet
+        self.alphabet = _check_alphabet(alphabet)
         V = self.vocab_size = len(alphabet)
         P = np.asarray(trans_SxV, np.float64)
         S = P.shape[0]
@@ -326,19 +338,29 @@ class MarkovOracle(_Oracle):
         return "".join(reversed(digits))
 
     def _stationary(self) -> np.ndarray:
+        """Stationary law of the context chain: solve pi (T - I) = 0, sum pi = 1 (float64).
+
+        A linear solve (not power iteration) so that periodic chains are handled. Raises
+        ValueError if the law is not unique (a reducible chain with several closed classes).
+        """
         V, k = self.vocab_size, self.order
         S = V**k
         T = np.zeros((S, S))
         for s in range(S):
             for v in range(V):
                 T[s, (s * V + v) % S] += self.trans[s, v]
-        pi = np.full(S, 1.0 / S)
-        for _ in range(100000):
-            new = pi @ T
-            if np.abs(new - pi).max() < 1e-15:
-                pi = new
-                break
-            pi = new
+        A = np.vstack([T.T - np.eye(S), np.ones((1, S))])
+        b = np.zeros(S + 1)
+        b[-1] = 1.0
+        pi, _, rank, _ = np.linalg.lstsq(A, b, rcond=None)
+        if rank < S:
+            raise ValueError(
+                "the Markov chain has no unique stationary law (it is reducible); the oracle "
+                "needs one to define p(x) without a prompt"
+            )
+        if np.any(pi < -1e-9) or np.abs(pi @ T - pi).max() > 1e-9:
+            raise ValueError("could not solve for the stationary law of the Markov chain")
+        pi = np.maximum(pi, 0.0)
         return pi / pi.sum()
 
     @classmethod
@@ -363,9 +385,9 @@ class MarkovOracle(_Oracle):
         if alphabet is None:
             syms = set("".join(ctxs))
             for row in table.values():
-                syms |= set(row)
+                syms |= set("".join(row))
             alphabet = "".join(sorted(syms))
-        V = len(alphabet)
+        V = len(_check_alphabet(alphabet))
         index = {c: i for i, c in enumerate(alphabet)}
         P = np.zeros((V**k, V))
         seen = set()
@@ -484,14 +506,19 @@ class MarkovOracle(_Oracle):
         return self._run_chain(rng, s, L)
 
     def sample_response(self, rng: np.random.Generator, prompt_BxP, length: int) -> np.ndarray:
-        """y ~ p(y | prompt): continue each prompt (length >= order) by `length` symbols."""
-        prompt = np.asarray(prompt_BxP)
-        V, k = self.vocab_size, self.order
-        if prompt.shape[1] < k:
-            raise ValueError(f"prompt length {prompt.shape[1]} is shorter than the order {k}")
-        s = np.zeros(len(prompt), np.int64)
-        for i in range(k):
-            s = s * V + prompt[:, prompt.shape[1] - k + i]
+        """y ~ p(y | prompt): continue each prompt by `length` symbols, int32 [B, length].
+
+        The context after the prompt is drawn from its exact posterior (forward filtering
+        from the stationary start), so prompts shorter than the order are handled too.
+        """
+        prompt = validate_tokens(prompt_BxP, self.vocab_size, name="prompt")
+        fwd, _, _ = self._fb_parts(np, self.trans)
+        f = np.broadcast_to(self.stationary, (len(prompt), len(self.stationary)))
+        for j in range(prompt.shape[1]):
+            f, _ = fwd(f, prompt[:, j])
+        cum = np.cumsum(f, axis=1)
+        u = rng.random(len(prompt)) * cum[:, -1]
+        s = np.minimum((u[:, None] > cum).sum(1), cum.shape[1] - 1)
         return self._run_chain(rng, s, length)
 
     def _run_chain(self, rng, s, L):

@@ -36,6 +36,7 @@ Workdir layout
 from __future__ import annotations
 
 import dataclasses
+import logging as logging_std
 import json
 import math
 import os
@@ -97,9 +98,12 @@ RESUMABLE_KEYS = (
     "train.ckpt_every",
     "train.keep_checkpoints",
     "data.cache_dir",
+    "experiment",
 )
 # Whole sections that never affect training (they configure evaluate.py).
-RESUMABLE_PREFIXES = ("eval.",)
+# Evaluation-only settings; the experiment sections (toy data sizes are also guarded by the
+# data checksums stored in every checkpoint).
+RESUMABLE_PREFIXES = ("eval.", "toy.", "variance.", "ood.")
 
 _LN2 = math.log(2.0)
 _CKPT_DIR = "checkpoints"
@@ -126,6 +130,26 @@ def load_config_corpus(config: ml_collections.ConfigDict):
             "--config.data.path=/path/to/text8"
         )
     return text_data.load_corpus(config.data.path or None, config.data.cache_dir or None)
+
+
+_NOISY = ("/orbax/", "/jax/", "/jaxlib/", "/flax/", "/etils/", "/tensorstore/")
+
+
+class _QuietLibraries(logging_std.Filter):
+    """Drop sub-WARNING absl records emitted from library code (orbax logs every save step)."""
+
+    def filter(self, record: logging_std.LogRecord) -> bool:
+        if record.levelno >= logging_std.WARNING:
+            return True
+        path = record.pathname.replace(os.sep, "/")
+        return not any(s in path for s in _NOISY)
+
+
+def quiet_library_logs() -> None:
+    """Hide INFO chatter of orbax / jax / flax (absl and std logging); warnings still show."""
+    logging_std.getLogger("absl").addFilter(_QuietLibraries())
+    for name in ("jax", "orbax", "flax", "etils"):  # libraries that use std logging
+        logging_std.getLogger(name).setLevel(logging_std.WARNING)
 
 
 class ConfigMismatchError(ValueError):
@@ -617,6 +641,36 @@ class _StopFlag:
         return False
 
 
+def _truncate_metrics(path: str, last_step: int) -> None:
+    """Drop records after `last_step` (logged after the checkpoint a run resumes from, e.g.
+    before a SIGKILL), so every step appears once in metrics.jsonl. Atomic rewrite."""
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        lines = f.readlines()
+    keep = []
+    for line in lines:
+        try:
+            if int(json.loads(line).get("step", 0)) <= last_step:
+                keep.append(line)
+        except (ValueError, AttributeError):
+            continue  # a torn last line from a crash
+    if len(keep) != len(lines):
+        with open(path + ".tmp", "w") as f:
+            f.writelines(keep)
+        os.replace(path + ".tmp", path)
+
+
+def saved_config(workdir: str) -> dict:
+    """The config (JSON dict) a run in `workdir` last (re)started with. FileNotFoundError if
+    `workdir` is not a training run."""
+    path = os.path.join(workdir, "config.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not found: is {workdir!r} a training workdir?")
+    with open(path) as f:
+        return json.load(f)
+
+
 def _append_jsonl(path: str, record: dict) -> None:
     with open(path, "a") as f:
         f.write(json.dumps(record, sort_keys=True) + "\n")
@@ -763,6 +817,7 @@ def train_and_evaluate(
     with open(os.path.join(workdir, "config.json"), "w") as f:
         f.write(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
     metrics_path = os.path.join(workdir, "metrics.jsonl")
+    _truncate_metrics(metrics_path, start_step)
 
     _log(
         logging.info,
@@ -802,7 +857,8 @@ def train_and_evaluate(
                         interrupted = signal.Signals(stop.signum).name
                         break
                     x_BxL = jax.device_put(
-                        text_data.train_batch(corpus.train, L, B, int(config.seed), step), batch_sharding
+                        text_data.train_batch(corpus.train, L, B, int(config.seed), step,
+                                              aligned=bool(config.data.get("aligned", False))), batch_sharding
                     )
                     state, metrics = train_step(state, x_BxL, step_key(train_key, step))
                     if prev_metrics is not None:  # keep at most one step in flight

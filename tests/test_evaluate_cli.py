@@ -69,3 +69,34 @@ def test_config_typo_is_an_error(tmp_path):
 def test_workdir_without_run_is_a_clear_error(tmp_path):
     r = _run(["--workdir", str(tmp_path / "nothing")])
     assert r.returncode != 0 and "config.json not found" in r.stderr
+
+
+def test_oracle_cli_one_token_response_and_strict_json(tmp_path):
+    out = tmp_path / "o"
+    r = _run(["--config", "configs/oracle_markov.py", "--config.data.order=2",
+              "--config.data.prompt_len=1", "--config.data.response_len=1",
+              "--config.eval.num_sequences=3", "--config.eval.num_samples=16",
+              f"--config.eval.output_dir={out}"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    text = (out / "report.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    rep = json.loads(text)
+    # With one target token k_dce / time_free / stratified are exact: zero variance, z undefined.
+    kd = next(u for u in rep["results"]["conditional"] if u["estimator"] == "k_dce")
+    assert kd["per_sample_variance"] == 0 and kd["bias_z"] is None
+    assert abs(kd["bias"]) < 1e-4
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--config", "configs/oracle_tabular.py", "--config.data.prompt_len=10"], "prompt_len=10 must be in [0, 7]"),
+        (["--config", "configs/oracle_tabular.py", "--config.eval.estimators="], "estimators is empty"),
+        (["--config", "configs/oracle_markov.py", "--config.eval.estimators=k_dce,timefree"], "unknown estimator 'timefree'"),
+        (["--config", "configs/oracle_markov.py", "--config.eval.num_sequences=0"], "num_sequences must be >= 1"),
+    ],
+)
+def test_oracle_cli_refuses_bad_settings_before_running(tmp_path, args, message):
+    r = _run(args + [f"--config.eval.output_dir={tmp_path / 'o'}"])
+    assert r.returncode != 0 and message in r.stderr, r.stderr[-2000:]
+    assert not (tmp_path / "o" / "report.json").exists()

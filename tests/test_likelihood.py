@@ -228,6 +228,10 @@ def test_bad_input_is_refused(tabular):
         lk.nll(tabular, x, key, estimator="bogus")
     with pytest.raises(ValueError, match="num_samples must be >= 2"):
         lk.nll(tabular, x, key, num_samples=1)
+    with pytest.raises(TypeError, match="num_samples must be an integer; got 2.7"):
+        lk.nll(tabular, x, key, num_samples=2.7)
+    with pytest.raises(ValueError, match="vocab_size=5 does not match"):
+        lk.nll(tabular, x, key, num_samples=4, vocab_size=5)
     with pytest.raises(ValueError, match=r"equal shape; got \(2, 4\) and \(2, 3\)"):
         lk.log_ratio(tabular, x[:, :2], x[:, 2:], x[:, 3:], key)
     with pytest.raises(FloatingPointError, match="non-finite"):
@@ -235,6 +239,14 @@ def test_bad_input_is_refused(tabular):
         support = {tuple(r) for r in tabular.seqs}
         row = next(np.array(r) for r in itertools.product(range(4), repeat=6) if r not in support)
         lk.nll(tabular, row[None].astype(np.int32), key, num_samples=8)
+
+
+def test_t_dce_with_lambda_zero_at_t_zero_is_flagged(tabular):
+    x = tabular.sample(np.random.default_rng(0), 1)
+    with pytest.warns(RuntimeWarning, match="t_dce has infinite variance"):
+        est = lk.nll(tabular, x, jax.random.PRNGKey(0), estimator="t_dce", num_samples=8,
+                     schedule=schedules.LogLinearSchedule())
+    assert est.infinite_variance and np.all(np.isfinite(est.samples))
 
 
 def test_lambda_dce_warns_infinite_variance(tabular):

@@ -122,3 +122,33 @@ def test_file_errors(tmp_path):
         oracles.load_oracle("tabular", tmp_path / "list.json")
     with pytest.raises(ValueError, match="unknown oracle kind 'foo'"):
         oracles.load_oracle("foo", tmp_path / "list.json")
+
+
+def test_periodic_chain_stationary_law():
+    mk = oracles.MarkovOracle.from_json({"A": {"B": 1.0}, "B": {"A": 0.5, "C": 0.5}, "C": {"B": 1.0}})
+    np.testing.assert_allclose(mk.stationary, [0.25, 0.5, 0.25], atol=1e-12)
+    post = mk.exact_conditionals(np.full((1, 4), mk.mask_id))
+    np.testing.assert_allclose(post[0], np.broadcast_to(post[0, :1], post[0].shape), atol=1e-12)
+
+
+def test_reducible_chain_is_refused():
+    with pytest.raises(ValueError, match="no unique stationary law"):
+        oracles.MarkovOracle.from_json({"A": {"A": 1.0}, "B": {"B": 1.0}})
+
+
+def test_sample_response_with_prompt_shorter_than_order():
+    mk = oracles.random_markov(np.random.default_rng(4), "ACG", 3)
+    prompt = np.zeros((30000, 1), np.int32)
+    y = mk.sample_response(np.random.default_rng(5), prompt, 2)
+    z = np.full((1, 3), mk.mask_id)
+    z[0, 0] = 0
+    exact = mk.exact_conditionals(z)[0, 1]
+    freq = np.bincount(y[:, 0], minlength=3) / len(y)
+    assert np.all(np.abs(freq - exact) < 4 * np.sqrt(exact * (1 - exact) / len(y)))
+
+
+def test_alphabet_and_length_errors():
+    with pytest.raises(ValueError, match="repeats the symbol 'A'"):
+        oracles.TabularOracle.from_json({"AB": 1.0}, alphabet="AAB")
+    with pytest.raises(ValueError, match="zero-length"):
+        oracles.validate_tokens(np.zeros((2, 0), np.int32), 4)

@@ -159,6 +159,10 @@ def test_resume_is_bit_identical(tmp_path):
     v_res = [r for r in read_metrics(tmp_path / "part") if r["split"] == "valid"][-1]
     assert v_full["step"] == v_res["step"] == 30
     assert v_full["metrics"] == v_res["metrics"]
+    # Records logged after checkpoint 10 by the interrupted run were dropped on resume:
+    # every (step, split) appears exactly once.
+    keys = [(r["step"], r["split"]) for r in read_metrics(tmp_path / "part")]
+    assert len(keys) == len(set(keys)) and (20, "train") in keys
 
     # Resuming with a different (non-resumable) config is an error naming the keys ...
     bad = tiny_config(**{"optim.lr": 1e-3, "model.width": 64})

@@ -717,7 +717,8 @@ def _check_positive_int(value: Any, name: str, fn: str, minimum: int = 1) -> int
     return int(value)
 
 
-def train_batch(tokens: np.ndarray, seq_len: int, batch_size: int, seed: int, step: int) -> np.ndarray:
+def train_batch(tokens: np.ndarray, seq_len: int, batch_size: int, seed: int, step: int,
+                aligned: bool = False) -> np.ndarray:
     """Random training crops whose positions are a pure function of ``(seed, step)``.
 
     Each row is a contiguous window ``tokens[o : o + seq_len]`` with offset ``o``
@@ -733,6 +734,9 @@ def train_batch(tokens: np.ndarray, seq_len: int, batch_size: int, seed: int, st
       batch_size: number of windows (>= 1).
       seed: non-negative integer run seed.
       step: non-negative integer training step.
+      aligned: if True, offsets are multiples of ``seq_len`` (the stream is a concatenation
+        of fixed-length sequences, e.g. samples of a toy distribution, and a window must not
+        straddle two of them).
 
     Returns:
       ``np.ndarray`` of dtype ``int32`` and shape ``[batch_size, seq_len]``.
@@ -750,7 +754,10 @@ def train_batch(tokens: np.ndarray, seq_len: int, batch_size: int, seed: int, st
     if n < seq_len:
         raise ValueError(f"train_batch: split has {n} tokens, shorter than seq_len={seq_len}")
     rng = np.random.default_rng([seed, step])
-    offsets = rng.integers(0, n - seq_len + 1, size=batch_size)
+    if aligned:
+        offsets = rng.integers(0, n // seq_len, size=batch_size) * seq_len
+    else:
+        offsets = rng.integers(0, n - seq_len + 1, size=batch_size)
     idx = offsets[:, None] + np.arange(seq_len)[None, :]
     return arr[idx].astype(np.int32)
 

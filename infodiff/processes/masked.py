@@ -310,7 +310,8 @@ def diffusion_loss(
     mask, t_B, w_B = draw_masks(spec, key, target_BxL)
     z = corrupt(x_BxL, mask, vocab_size)
     logprobs = denoiser(z, t_B)
-    return w_B * masked_cross_entropy(logprobs, x_BxL, mask)
+    # A row without masks contributes 0 even if its weight is infinite (t = 0 exactly).
+    return jnp.where(mask.any(-1), w_B * masked_cross_entropy(logprobs, x_BxL, mask), 0.0)
 
 
 # ---------------------------------------------------------------------------------------------
