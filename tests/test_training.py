@@ -375,3 +375,8 @@ def test_cli_trains_and_writes_outputs(tmp_path, compilation_cache):
     assert 0 < rep["bits_per_char"] < 10 and rep["bits_per_char_stderr"] > 0
     assert rep["stderr_kind"].startswith("data+mc")
     assert "bits per character" in ev.stdout and (wd / "report.txt").exists()
+    # Evaluating with another config than the run's is refused, naming the keys.
+    ev = subprocess.run([sys.executable, "evaluate.py", f"--workdir={wd}", "--config",
+                         "configs/masked_text.py"], cwd=REPO, env=env, capture_output=True,
+                        text=True, timeout=240)
+    assert ev.returncode != 0 and "model.width" in ev.stderr and "ConfigMismatchError" in ev.stderr
