@@ -25,10 +25,14 @@ def get_config():
     c.optim.warmup_steps = 200
     c.optim.min_lr_ratio = 0.05
     c.train.batch_size = 64
-    c.train.num_steps = 8000
+    c.train.num_steps = 12000
     c.train.log_every = 200
     c.train.eval_every = 1000
     c.train.ckpt_every = 2000
-    c.toy = dict(seed=0, temperature=0.5, prompt_len=16, response_len=16, num_train=200_000,
+    # Temperature 0.15, not the paper's stated 0.5: with 0.5 every row is nearly uniform
+    # (probability ratios <= e^2, 0.1 nats of structure per symbol) and a CPU-sized model stays
+    # on the uniform plateau for thousands of steps; the paper's released table is itself far
+    # more peaked than its stated recipe (spec §10.2). Override with --config.toy.temperature.
+    c.toy = dict(seed=0, temperature=0.15, prompt_len=16, response_len=16, num_train=200_000,
                  num_valid=2_000, num_pairs=64, estimator="stratified", num_mc=64)
     return c
