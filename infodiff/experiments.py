@@ -431,9 +431,10 @@ def run_variance(config, workdir: str) -> dict:
         ):
             rows = {}
             for e_i, e in enumerate(["t_dce", "lambda_dce", "k_dce", "time_free", "stratified"]):
-                n = int(vc.vpf_passes) // (resp.shape[1] if (e == "stratified" and toy != "dna128") else
-                                           (8 if e == "stratified" else 1))
-                est = call(e, jax.random.fold_in(key, 1000 + e_i), max(n, 2))
+                # Same forward-pass budget for every estimator (a stratified sample = n passes).
+                n_target = x_dna.shape[1] if toy == "dna128" else R
+                per = n_target if e == "stratified" else 1
+                est = call(e, jax.random.fold_in(key, 1000 + e_i), max(int(vc.vpf_passes) // per, 2))
                 bias = est.mean - truth
                 rows[e] = {"variance_per_forward_pass": float(est.variance_per_forward_pass.mean()),
                            "bias": float(bias.mean()),

@@ -182,10 +182,10 @@ def test_signal_saves_checkpoint_and_resumes(tmp_path, monkeypatch):
     cfg, corpus = tiny_config(), toy_corpus()
     real_batch = text_data.train_batch
 
-    def batch_then_interrupt(tokens, seq_len, batch_size, seed, step):
+    def batch_then_interrupt(tokens, seq_len, batch_size, seed, step, **kwargs):
         if step == 5:
             os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C during step 5
-        return real_batch(tokens, seq_len, batch_size, seed, step)
+        return real_batch(tokens, seq_len, batch_size, seed, step, **kwargs)
 
     monkeypatch.setattr(text_data, "train_batch", batch_then_interrupt)
     before = signal.getsignal(signal.SIGINT)
