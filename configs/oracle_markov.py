@@ -10,6 +10,8 @@ Without data.path a random chain (rows softmax(u / 0.5), as the I-MDCE paper sta
 
 import ml_collections
 
+from configs import oracle_common
+
 
 def get_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
@@ -27,16 +29,6 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.prompt_len = 16
     c.data.response_len = 16
 
-    c.process = ml_collections.ConfigDict()
-    c.process.name = "masked"
-    c.process.schedule = "linear"
-    c.process.eps = 1e-4
-
-    c.eval = ml_collections.ConfigDict()
-    c.eval.estimators = "t_dce,lambda_dce,k_dce,time_free,stratified"
-    c.eval.num_sequences = 16
-    c.eval.num_samples = 1024
-    c.eval.batch_size = 4096
-    c.eval.seed = 1234
+    oracle_common.add_process_and_eval(c)
     c.eval.output_dir = "runs/oracle_markov"
     return c

@@ -8,6 +8,8 @@ is generated from data.seed and written next to the report.
 
 import ml_collections
 
+from configs import oracle_common
+
 
 def get_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
@@ -24,16 +26,6 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.temperature = 0.5
     c.data.prompt_len = 0         # > 0: also conditional NLL and log-ratios given a prefix
 
-    c.process = ml_collections.ConfigDict()
-    c.process.name = "masked"
-    c.process.schedule = "linear"
-    c.process.eps = 1e-4
-
-    c.eval = ml_collections.ConfigDict()
-    c.eval.estimators = "t_dce,lambda_dce,k_dce,time_free,stratified"
-    c.eval.num_sequences = 16     # sequences drawn from the distribution
-    c.eval.num_samples = 1024     # Monte Carlo samples per sequence (= forward passes)
-    c.eval.batch_size = 4096
-    c.eval.seed = 1234
+    oracle_common.add_process_and_eval(c)
     c.eval.output_dir = "runs/oracle_tabular"
     return c

@@ -85,3 +85,24 @@ def test_markov_and_variance_experiments_run(tmp_path):
     res = experiments.run(cfg, str(tmp_path / "variance"))  # reuses the trained model
     assert res["oracle_check"]["max_abs_z"] < 4.5
     assert (tmp_path / "variance" / "results.png").exists()
+
+
+def test_exact_time_free_values_equal_the_exact_nll_for_an_oracle():
+    """Enumerating every mask with the exact oracle gives -log p(x) to float32 round-off."""
+    tab = oracles.random_tabular(np.random.default_rng(3), "ACGT", 6, 40)
+    x = tab.sample(np.random.default_rng(4), 5)
+    vals = experiments.exact_time_free_values(tab, x, 4, batch_size=100)  # several chunks
+    np.testing.assert_allclose(vals, -tab.log_prob(x), rtol=2e-5)
+
+
+def test_bad_experiment_settings_are_refused(tmp_path):
+    from configs import exp_markov_cond
+
+    cfg = exp_markov_cond.get_config()
+    cfg.toy.num_mc = 1
+    with pytest.raises(ValueError, match=r"config.toy.num_mc must be >= 2; got 1"):
+        experiments.run(cfg, str(tmp_path))
+    cfg.toy.num_mc = 4
+    cfg.experiment = "nope"
+    with pytest.raises(ValueError, match="unknown experiment 'nope'"):
+        experiments.run(cfg, str(tmp_path))

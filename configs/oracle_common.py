@@ -1,0 +1,18 @@
+"""Process and evaluation settings shared by the oracle configs."""
+
+import ml_collections
+
+
+def add_process_and_eval(c: ml_collections.ConfigDict) -> None:
+    """Masked process (linear schedule, eps 1e-4) and every estimator, 16 x 1024 samples."""
+    c.process = ml_collections.ConfigDict()
+    c.process.name = "masked"
+    c.process.schedule = "linear"
+    c.process.eps = 1e-4
+
+    c.eval = ml_collections.ConfigDict()
+    c.eval.estimators = "t_dce,lambda_dce,k_dce,time_free,stratified"
+    c.eval.num_sequences = 16     # sequences drawn from the distribution
+    c.eval.num_samples = 1024     # Monte Carlo samples per sequence (= forward passes)
+    c.eval.batch_size = 4096
+    c.eval.seed = 1234
