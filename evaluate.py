@@ -44,6 +44,8 @@ def main(argv):
 
     if FLAGS.config is None:
         raise app.UsageError("give --workdir (a training run) or --config (e.g. configs/oracle_markov.py)")
+    if FLAGS.config.get("process") is not None and FLAGS.config.process.get("name") == "poisson":
+        from infodiff import poisson_training as evaluation  # noqa: F811 (Poisson / count data)
     report, out_dir = evaluation.evaluate(FLAGS.config, FLAGS.workdir)
     jpath, _ = evaluation.write_report(report, out_dir)
     print(evaluation.format_report(report))

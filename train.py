@@ -43,7 +43,12 @@ def main(argv):
 
     config = _CONFIG.value
     logging.info("config:\n%s", config)
-    result = training.train_and_evaluate(config, _WORKDIR.value)
+    if config.process.name == "poisson":  # Poisson diffusion (ItDPDM) on count data
+        from infodiff import poisson_training
+
+        result = poisson_training.train_and_evaluate(config, _WORKDIR.value)
+    else:
+        result = training.train_and_evaluate(config, _WORKDIR.value)
     print(json.dumps({k: v for k, v in result.items()}, indent=2, sort_keys=True, default=str))
     if result.get("interrupted"):
         signum = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}.get(result["interrupted"])

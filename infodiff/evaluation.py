@@ -65,7 +65,13 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
     t0 = time.time()
     ev = config.eval
-    _check_estimators(ev.estimator)
+    sedd = config.process.name == "sedd"
+    if sedd:
+        if ev.estimator != "imdse":
+            raise ValueError(f"config.eval.estimator={ev.estimator!r}: a score-entropy (sedd) model "
+                             "is evaluated with 'imdse'")
+    else:
+        _check_estimators(ev.estimator)
     if int(ev.max_sequences) < 0 or int(ev.num_samples) < 2:
         raise ValueError(
             f"need config.eval.max_sequences >= 0 and config.eval.num_samples >= 2; got "
@@ -89,12 +95,20 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
             "only eval.* may be overridden)")
     state, meta = training.load_checkpoint(workdir, config=config)
     params = state.ema_params if ev.use_ema else state.params
-    denoiser = training.make_denoiser(training.make_model(config), params)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        est = lk.nll(denoiser, chunks, jax.random.PRNGKey(ev.seed), estimator=ev.estimator,
-                     num_samples=int(ev.num_samples), batch_size=int(ev.batch_size),
-                     schedule=_schedule(config), progress=True)
+    if sedd:
+        denoiser = training.make_score_model(config, training.make_model(config), params)
+        lam_max = _schedule(config).lambda_max
+        est = lk.imdse_nll(denoiser, chunks, jax.random.PRNGKey(ev.seed), graph=denoiser.graph,
+                           lam_max=lam_max, num_samples=int(ev.num_samples),
+                           lambda_sampling=ev.get("lambda_sampling", "importance"),
+                           batch_size=int(ev.batch_size), progress=True)
+    else:
+        denoiser = training.make_denoiser(training.make_model(config), params)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            est = lk.nll(denoiser, chunks, jax.random.PRNGKey(ev.seed), estimator=ev.estimator,
+                         num_samples=int(ev.num_samples), batch_size=int(ev.batch_size),
+                         schedule=_schedule(config), progress=True)
     means = est.mean
     N = len(means)
     nll = float(means.mean())
@@ -104,7 +118,14 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
     unigram = text.unigram_entropy_bits(corpus.train)
     samples = []
     n_gen = int(ev.get("num_generate", 4))
-    if n_gen > 0:
+    if n_gen > 0 and sedd:
+        from infodiff.processes import score_entropy
+
+        gen = score_entropy.sample(denoiser, denoiser.graph, jax.random.PRNGKey(ev.seed + 1), n_gen, L,
+                                   denoiser.vocab_size, int(ev.get("sample_steps", L)),
+                                   method=ev.get("sampler", "tweedie"), lam_max=lam_max)
+        samples = [text.decode(np.asarray(row)) for row in gen]
+    elif n_gen > 0:
         from infodiff.processes import masked
 
         sched, steps = _schedule(config), int(ev.get("sample_steps", L))
@@ -126,6 +147,9 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
             "valid" if ev.split in ("valid", "validation") else ev.split),
                  "seq_len": L, "num_sequences": N, "total_chunks": total_chunks,
                  "unigram_entropy_bits_per_char": unigram},
+        "process": ({"name": "sedd", "graph": denoiser.graph, "score_param": denoiser.score_param,
+                     "lambda_sampling": ev.get("lambda_sampling", "importance"), "lam_max": lam_max}
+                    if sedd else {"name": config.process.name}),
         "estimator": ev.estimator,
         "infinite_variance": est.infinite_variance,
         "num_samples_per_sequence": est.num_samples,
@@ -138,6 +162,8 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
         "bits_per_char": nll / (L * LN2),
         "bits_per_char_stderr": se / (L * LN2),
         "per_sample_std_nats": float(np.sqrt(np.mean(est.per_sample_std**2))),
+        **({"terms_nats_per_sequence": {"diffusion": float(est.diffusion.mean()),
+                                        "prior": float(est.prior.mean())}} if sedd else {}),
         "samples": samples,
         "sample_steps": int(ev.get("sample_steps", L)) if samples else 0,
         "seed": int(ev.seed),
@@ -295,6 +321,104 @@ def evaluate_oracle(config: ml_collections.ConfigDict) -> dict:
     }
 
 
+def _csv(spec, allowed, what):
+    names = [e.strip() for e in str(spec).split(",") if e.strip()]
+    bad = [e for e in names if e not in allowed]
+    if bad or not names:
+        raise ValueError(f"config.eval.{what}={spec!r}: choose from {allowed}")
+    return names
+
+
+def evaluate_oracle_sedd(config: ml_collections.ConfigDict) -> dict:
+    """SEDD with the exact score of an oracle: I-MDSE vs the exact NLL, and sampler TV.
+
+    For each graph in config.eval.graphs and each noise-level sampling in
+    config.eval.lambda_samplings: the I-MDSE estimate of -log p(x) (nats per sequence; the
+    prior KL term at lam_max = schedule.lambda_max reported separately) against the exact value;
+    for 'absorb' with a prompt also -log p(y | x). For a tabular oracle with at most 10^5
+    sequences, the total variation between sequences generated with the exact score
+    (config.eval.sampler_methods x config.eval.sampler_steps, config.eval.num_generate each) and
+    the true law. Raises ValueError for unknown graph / sampling / sampler names.
+    """
+    from infodiff.processes import score_entropy as se
+
+    t0 = time.time()
+    ev, d = config.eval, config.data
+    graphs = _csv(ev.graphs, se.GRAPHS, "graphs")
+    samplings = _csv(ev.lambda_samplings, se.LAMBDA_SAMPLING, "lambda_samplings")
+    methods = _csv(ev.sampler_methods, ("euler", "tweedie"), "sampler_methods") if ev.sampler_steps else []
+    steps_list = [int(s) for s in str(ev.sampler_steps).split(",") if s.strip()]
+    if int(ev.num_sequences) < 1:
+        raise ValueError(f"config.eval.num_sequences must be >= 1; got {ev.num_sequences}")
+    orc, source = _load_or_make_oracle(config, ev.output_dir)
+    rng = np.random.default_rng(ev.seed)
+    if d.name == "markov":
+        P, R = int(d.prompt_len), int(d.response_len)
+        x = orc.sample(rng, ev.num_sequences, length=P + R)
+    else:
+        x = orc.sample(rng, ev.num_sequences)
+        P = int(d.get("prompt_len", 0))
+    lam_max = _schedule(config).lambda_max
+    key = jax.random.PRNGKey(ev.seed)
+    truth_x = -orc.log_prob(x)
+    results = {"unconditional": [], "conditional": [], "sampler_tv": []}
+    kw = dict(lam_max=lam_max, num_samples=int(ev.num_samples), batch_size=int(ev.batch_size))
+    for i, graph in enumerate(graphs):
+        for j, samp in enumerate(samplings):
+            k = jax.random.fold_in(jax.random.fold_in(key, i), j)
+            est = lk.imdse_nll(se.OracleScore(orc, graph), x, jax.random.fold_in(k, 0), graph=graph,
+                               lambda_sampling=samp, **kw)
+            row = _summarise(est, truth_x)
+            row["prior_mean"] = float(est.prior.mean())
+            results["unconditional"].append(row)
+            if graph == "absorb" and P > 0:
+                target = np.zeros(x.shape, bool)
+                target[:, P:] = True
+                est = lk.imdse_conditional_nll(se.OracleScore(orc, graph), x[:, :P], x[:, P:],
+                                               jax.random.fold_in(k, 1), graph=graph,
+                                               lambda_sampling=samp, **kw)
+                results["conditional"].append(_summarise(est, -orc.cond_log_prob(x, target)))
+    V, L = orc.vocab_size, x.shape[1]
+    if steps_list and d.name == "tabular" and V**L <= 100_000:
+        allx = np.array(np.unravel_index(np.arange(V**L), (V,) * L)).T
+        p_true = np.exp(orc.log_prob(allx))
+        n = int(ev.num_generate)
+        floor = []
+        for r in range(3):  # TV of an exact sample of the same size: the Monte Carlo floor
+            idx = np.ravel_multi_index(orc.sample(np.random.default_rng(ev.seed + 7 + r), n).T, (V,) * L)
+            floor.append(0.5 * np.abs(np.bincount(idx, minlength=V**L) / n - p_true).sum())
+        for graph in graphs:
+            for method in methods:
+                tvs = []
+                for steps in steps_list:
+                    gen = np.asarray(se.sample(se.OracleScore(orc, graph), graph,
+                                               jax.random.fold_in(key, 10_000 + steps), n, L, V, steps,
+                                               method=method, lam_max=lam_max))
+                    idx = np.ravel_multi_index(gen.T, (V,) * L)
+                    tvs.append(float(0.5 * np.abs(np.bincount(idx, minlength=V**L) / n - p_true).sum()))
+                results["sampler_tv"].append({"graph": graph, "method": method, "steps": steps_list,
+                                              "tv": tvs, "num_generate": n,
+                                              "tv_of_exact_sample": float(np.mean(floor))})
+    return {
+        "version": REPORT_VERSION,
+        "kind": "oracle_sedd",
+        "oracle": d.name,
+        "table": source,
+        "alphabet": orc.alphabet,
+        "order": getattr(orc, "order", None),
+        "seq_len": int(L),
+        "prompt_len": P,
+        "num_sequences": int(x.shape[0]),
+        "lam_max": lam_max,
+        "schedule": {"name": _schedule(config).name, "eps": getattr(_schedule(config), "eps", None)},
+        "results": results,
+        "seed": int(ev.seed),
+        "wall_time_s": time.time() - t0,
+        "env": _env(),
+        "config": json.loads(config.to_json_best_effort()),
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # Output
 # ---------------------------------------------------------------------------------------------
@@ -316,6 +440,9 @@ def format_report(report: dict) -> str:
             ["data", f"{d['corpus']} / {d['split']}: {d['num_sequences']} of {d['total_chunks']} chunks x {d['seq_len']} chars"],
             ["MC samples / sequence", report["num_samples_per_sequence"]],
             ["forward passes", report["forward_passes"]],
+            *([["process", "SEDD {graph} graph, {score_param} score, lam in (0, {lam_max:g}] ({lambda_sampling})".format(**report["process"])],
+               ["I-MDSE terms (nats / seq)", "diffusion {diffusion:.4f} + prior {prior:.6f}".format(**report["terms_nats_per_sequence"])]]
+              if "terms_nats_per_sequence" in report else []),
             ["NLL (nats / sequence)", f"{report['nll_nats_per_sequence']:.4f} ± {report['nll_stderr']:.4f}"],
             ["bits per character", f"{report['bits_per_char']:.4f} ± {report['bits_per_char_stderr']:.4f}  [{report['stderr_kind']}]"],
             ["unigram entropy (train)", f"{d['unigram_entropy_bits_per_char']:.4f} bits/char"],
@@ -323,10 +450,14 @@ def format_report(report: dict) -> str:
         ]
         out = "infodiff likelihood report\n" + _table(["quantity", "value"], rows)
         if report.get("samples"):
-            out += (f"\n\nsamples (MD4 ancestral sampler, {report['sample_steps']} steps):\n"
+            how = ("SEDD {} sampler".format(report["config"]["eval"].get("sampler", "tweedie"))
+                   if report.get("process", {}).get("name") == "sedd" else "MD4 ancestral sampler")
+            out += (f"\n\nsamples ({how}, {report['sample_steps']} steps):\n"
                     + "\n".join(f"  | {s}" for s in report["samples"]))
         return out
 
+    if report["kind"] == "oracle_sedd":
+        return _format_oracle_sedd(report)
     parts = [f"infodiff oracle report: {report['oracle']} ({report['table']}), "
              f"{report['num_sequences']} sequences of length {report['seq_len']}"
              + (f", prompt {report['prompt_len']}" if report["prompt_len"] else "")]
@@ -358,6 +489,34 @@ def format_report(report: dict) -> str:
         parts.append("\nlog p(y | x) - log p(y' | x), nats\n" + _table(headers, rows_of(items)))
         parts.append("variance ratio decoupled / coupled: " + ", ".join(
             f"{p['estimator']} {p['variance_ratio_decoupled_over_coupled']:.1f}x" for p in res["ratio"]))
+    parts.append(f"\nwall time {report['wall_time_s']:.1f} s")
+    return "\n".join(parts)
+
+
+def _format_oracle_sedd(report: dict) -> str:
+    parts = [f"infodiff SEDD oracle report: {report['oracle']} ({report['table']}), "
+             f"{report['num_sequences']} sequences of length {report['seq_len']}"
+             + (f", prompt {report['prompt_len']}" if report["prompt_len"] else "")
+             + f"; I-MDSE over lam in (0, {report['lam_max']:g}] with the exact score"]
+    headers = ["graph:sampling", "estimate", "exact", "bias ± SE", "z", "sd/sample", "SE@1024"]
+
+    def rows_of(items):
+        return [[r["estimator"] + (" (inf. var.)" if r["infinite_variance"] else ""),
+                 f"{r['mean_estimate']:.4f}", f"{r['mean_exact']:.4f}",
+                 f"{r['bias']:+.4f} ± {r['bias_stderr']:.4f}", f"{r['bias_z']:+.2f}",
+                 f"{r['per_sample_std']:.3f}", f"{r['stderr_at_1024_forward_passes']:.4f}"] for r in items]
+
+    res = report["results"]
+    parts.append("\n-log p(x), nats per sequence (mean over sequences):\n"
+                 + _table(headers, rows_of(res["unconditional"])))
+    if res["conditional"]:
+        parts.append("\n-log p(y | x), nats per response:\n" + _table(headers, rows_of(res["conditional"])))
+    if res["sampler_tv"]:
+        steps = res["sampler_tv"][0]["steps"]
+        rows = [[f"{r['graph']}:{r['method']}", *[f"{v:.4f}" for v in r["tv"]]] for r in res["sampler_tv"]]
+        parts.append(f"\nsampler total variation to the true law ({res['sampler_tv'][0]['num_generate']} "
+                     f"samples; an exact sample of that size has TV {res['sampler_tv'][0]['tv_of_exact_sample']:.4f}):\n"
+                     + _table(["graph:sampler", *[f"{s} steps" for s in steps]], rows))
     parts.append(f"\nwall time {report['wall_time_s']:.1f} s")
     return "\n".join(parts)
 
@@ -395,6 +554,8 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str | None) -> tuple[di
     """Dispatch on config.data.name; returns (report, output directory)."""
     name = config.data.name
     if name in ("tabular", "markov"):
+        if config.process.name == "sedd":
+            return evaluate_oracle_sedd(config), config.eval.output_dir
         return evaluate_oracle(config), config.eval.output_dir
     if name in ("text", "text8"):
         if not workdir:

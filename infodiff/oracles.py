@@ -18,11 +18,23 @@ Two families:
 
 The MASK id is vocab_size (= len(alphabet)); t is ignored (the exact conditionals are
 time-free, RADD arXiv 2406.03736 Thm 1).
+
+Both families also give the exact SEDD score ratios (concrete scores, arXiv 2310.16834 Eq. 4)
+s*[b, i, v] = p_lam(z with z_i := v) / p_lam(z) of the noised law under the 'absorb' and
+'uniform' graphs (spec masked_and_score_entropy.md §1.2-1.3, §3.1, §5.1), at noise level
+lam = 1 - exp(-sigma_bar):
+  * ``log_score(z, lam, graph)``: float32 jax, jit-compatible (graph static);
+  * ``log_score_np(z, lam, graph)``: float64 numpy reference (validates its inputs);
+  * ``log_noised_marginal(z, lam, graph)``: float64 log p_lam(z).
+Uniform ratios come from the leave-one-out posterior P(x_i = u | z_{-i}) (tabular: log-sum-exp
+over the support; Markov: log-space forward-backward with soft emissions K_lam(z_j | u)).
+Exact zeros are returned as ``LOG_ZERO`` (log of the smallest normal float32), never -inf.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import json
 import math
@@ -40,6 +52,8 @@ __all__ = [
     "random_tabular",
     "random_markov",
     "validate_tokens",
+    "LOG_ZERO",
+    "SEDD_GRAPHS",
 ]
 
 _SUM_TOL = 1e-6
@@ -116,6 +130,98 @@ def _check_alphabet(alphabet: str) -> str:
     return alphabet
 
 
+# ---------------------------------------------------------------------------------------------
+# SEDD score ratios: shared helpers (numpy float64 reference and jax.numpy float32, via `xp`)
+# ---------------------------------------------------------------------------------------------
+SEDD_GRAPHS = ("absorb", "uniform")
+
+# log of the smallest normal float32 (about -87.34): the value returned for log s* = log 0
+# (absorb at unmasked positions, absorb at lam = 1, symbols of probability 0), and the floor
+# applied to every returned log-ratio, so that exp() gives ~1e-38 (not inf) and 0 * log s* = 0
+# (not NaN) inside jitted sums. Same value in the float32 and the float64 versions.
+LOG_ZERO = float(np.log(np.finfo(np.float32).tiny))
+
+
+def _check_sedd_graph(graph) -> str:
+    if graph not in SEDD_GRAPHS:
+        raise ValueError(f"unknown graph {graph!r}; choose from {SEDD_GRAPHS}")
+    return graph
+
+
+def _lse(xp, a, axis: int, keepdims: bool = False):
+    """log-sum-exp along one axis; all -inf -> -inf (no NaN); NaN propagates."""
+    m = a.max(axis=axis, keepdims=True)
+    m = xp.where(xp.isfinite(m), m, 0.0)
+    out = xp.log(xp.exp(a - m).sum(axis=axis, keepdims=True)) + m
+    return out if keepdims else out.squeeze(axis)
+
+
+def _normalize_log(xp, lq_BxLxV, V: int):
+    """Normalise log-weights over the last axis; rows with no mass (an impossible z) -> uniform."""
+    n = _lse(xp, lq_BxLxV, axis=-1, keepdims=True)
+    return xp.where(xp.isfinite(n), lq_BxLxV - xp.where(xp.isfinite(n), n, 0.0), -math.log(V))
+
+
+def _rel_log_emission(xp, z_BxL, lam_B, V: int, graph: str):
+    """log K_lam(z_j | u) up to a factor free of u: [B, L, V] (posterior weights only).
+
+    uniform: 0 if u = z_j else D = log(lam / V) - log(1 - lam + lam / V) = log lam - log(V - (V-1) lam)
+    (exactly 0 at lam = 1); absorb: 0 if z_j = u or z_j = MASK, else -inf.
+    """
+    match = z_BxL[:, :, None] == xp.arange(V)[None, None, :]
+    if graph == "uniform":
+        D_B = xp.log(lam_B) - xp.log(V - (V - 1) * lam_B)
+        return xp.where(match, xp.zeros_like(D_B)[:, None, None], D_B[:, None, None])
+    ok = match | (z_BxL == V)[:, :, None]
+    return xp.where(ok, 0.0, -xp.inf)
+
+
+def _full_log_emission(xp, z_BxL, lam_B, V: int, graph: str):
+    """log K_lam(z_j | u), [B, L, V] (spec §1.2-1.3): the per-token kernel with its constants."""
+    lam = lam_B[:, None, None]
+    match = z_BxL[:, :, None] == xp.arange(V)[None, None, :]
+    if graph == "uniform":
+        return xp.where(match, xp.log1p(-lam * ((V - 1) / V)), xp.log(lam) - math.log(V))
+    masked = (z_BxL == V)[:, :, None]
+    return xp.where(masked, xp.log(lam), xp.where(match, xp.log1p(-lam), -xp.inf))
+
+
+def _log_ratio_from_loo(xp, lq_BxLxV, z_BxL, lam_B, V: int, graph: str):
+    """log s*[b, i, v] from the leave-one-out posterior q_i(u) = P(x_i = u | z_{-i}).
+
+    uniform: s*_v = sum_u q(u) K(v|u) / sum_u q(u) K(z_i|u), and with K(v|u) = (1-lam) 1[v=u] + lam/V
+      log s*_v = h(v) - h(z_i),  h(u) = logaddexp(log(1 - lam) + log q(u), log(lam / V)).
+    absorb (spec §5.1): masked i: log a + log q(v), a = (1 - lam) / lam; unmasked i: LOG_ZERO.
+    Every entry is floored at LOG_ZERO.
+    """
+    lam = lam_B[:, None, None]
+    log1m = xp.log1p(-lam)
+    if graph == "uniform":
+        h = xp.logaddexp(log1m + lq_BxLxV, xp.log(lam) - math.log(V))
+        out = h - xp.take_along_axis(h, z_BxL[:, :, None], axis=-1)
+    else:
+        out = xp.where((z_BxL == V)[:, :, None], (log1m - xp.log(lam)) + lq_BxLxV, LOG_ZERO)
+    return xp.maximum(out, LOG_ZERO)
+
+
+def _check_sedd_inputs(z_BxL, lam_B, V: int, graph: str, lam_min_open: bool):
+    """Validate (z, lam) for the float64 SEDD functions; returns int32 [B, L], float64 [B]."""
+    _check_sedd_graph(graph)
+    z = validate_tokens(z_BxL, V + 1 if graph == "absorb" else V, name="z")
+    lam = np.asarray(lam_B, np.float64)
+    if lam.ndim == 0:
+        lam = np.full(z.shape[0], float(lam))
+    if lam.shape != (z.shape[0],):
+        raise ValueError(f"lam must have shape ({z.shape[0]},) (one noise level per row of z); got {lam.shape}")
+    lo_ok = (lam > 0) if lam_min_open else (lam >= 0)
+    bad = ~(np.isfinite(lam) & lo_ok & (lam <= 1))
+    if bad.any():
+        b = int(np.argmax(bad))
+        rng = "(0, 1]" if lam_min_open else "[0, 1]"
+        raise ValueError(f"lam[{b}] = {float(lam[b])!r} is outside {rng}")
+    return z, lam
+
+
 class _Oracle:
     alphabet: str
     vocab_size: int
@@ -164,6 +270,95 @@ class _Oracle:
 
     def __eq__(self, other):
         return self is other
+
+    # ---- SEDD score ratios (score-entropy discrete diffusion, absorb and uniform graphs) ----
+    def log_score(self, z_BxL, lam_B, graph: str):
+        """Exact log score ratios log s*[b, i, v] = log p_lam(z with z_i := v) - log p_lam(z).
+
+        The noised law is p_lam(z) = sum_x p0(x) prod_i K_lam(z_i | x_i) with independent tokens
+        (spec §1.2-1.3; lam = 1 - exp(-sigma_bar)):
+          * 'absorb': a token stays w.p. 1 - lam, becomes MASK (id V) w.p. lam. At a masked
+            position s*[i, v] = a * p0(x_i = v | unmasked part of z), a = (1 - lam) / lam (spec
+            §5.1, RADD arXiv 2406.03736 Eq. 5). At an unmasked position the absorbing graph has
+            no edge to another real token; the entry is returned as LOG_ZERO (below).
+          * 'uniform' (SEDD released-code convention): K_lam(y | x) = (1 - lam) 1[y = x] + lam / V.
+            Computed from the leave-one-out posterior q_i(u) = P(x_i = u | z_{-i}) as
+            s*[i, v] = ((1 - lam) q_i(v) + lam / V) / ((1 - lam) q_i(z_i) + lam / V); the entry
+            v = z_i is exactly 0.0 (ratio 1), and at lam = 1 every entry is exactly 0.0.
+        The ratio is SEDD's concrete score (Lou et al., arXiv 2310.16834, Eq. 4), the minimiser
+        of the denoising score entropy (spec §3.1, §4.1).
+
+        Log-zero convention: every returned value is floored at LOG_ZERO = log(float32 tiny)
+        ~= -87.34, and exact zeros (absorb: unmasked positions, lam = 1, symbols of probability
+        0 given the unmasked tokens) are returned as LOG_ZERO, never -inf, so exp() is ~0 and
+        weights multiplying it stay finite inside jitted sums. Callers should still restrict
+        absorb terms to masked positions (the DSE does).
+
+        Args:
+          z_BxL: int [B, L] noised tokens; ids in [0, V] for 'absorb' (V = MASK), [0, V) for
+            'uniform' (a MASK id under 'uniform' gives NaN). Tabular: L must equal seq_len.
+          lam_B: float [B] (or a scalar) noise levels in (0, 1]; may be traced.
+          graph: 'absorb' or 'uniform' (a static Python string).
+        Returns: float32 jax array [B, L, V] (log-ratios, nats). Jit-compatible (numerically
+          stable in log space: tabular by log-sum-exp over the support, Markov by a log-space
+          forward-backward under lax.scan). Inputs are not checked under jit: lam outside
+          (0, 1], or an absorb z whose unmasked tokens have probability 0 (then the posterior is
+          replaced by a uniform one), give meaningless values. Use log_score_np to validate.
+        Raises: ValueError for an unknown graph (or a tabular z of the wrong length).
+        """
+        _check_sedd_graph(graph)
+        z = jnp.asarray(z_BxL, jnp.int32)
+        if z.ndim != 2:
+            raise ValueError(f"z must have shape [batch, length]; got shape {z.shape}")
+        lam = jnp.broadcast_to(jnp.asarray(lam_B, jnp.float32), z.shape[:1])
+        lq = self._loo_log_posterior(jnp, z, lam, graph)
+        return _log_ratio_from_loo(jnp, lq, z, lam, self.vocab_size, graph)
+
+    def log_score_np(self, z_BxL, lam_B, graph: str) -> np.ndarray:
+        """Float64 numpy reference of :meth:`log_score` (same formulas, same LOG_ZERO floor).
+
+        Returns float64 [B, L, V] log-ratios (nats). Raises ValueError for an unknown graph,
+        z not 2-D or with ids outside [0, V] (absorb) / [0, V) (uniform), lam outside (0, 1]
+        or of the wrong shape, or (absorb) a row of z whose unmasked tokens have probability
+        0 under p0 (the ratio is then undefined); TypeError for non-integer z.
+        """
+        z, lam = _check_sedd_inputs(z_BxL, lam_B, self.vocab_size, graph, lam_min_open=True)
+        self._check_sedd_length(z)
+        if graph == "absorb":
+            impossible = ~np.isfinite(self.log_marginal(z))
+            if impossible.any():
+                b = int(np.argmax(impossible))
+                raise ValueError(
+                    f"z[{b}] has probability 0 under the absorbing process (its unmasked tokens "
+                    "are impossible under p0); the score ratio is undefined"
+                )
+        with np.errstate(divide="ignore"):
+            lq = self._loo_log_posterior(np, z, lam, graph)
+            return _log_ratio_from_loo(np, lq, z, lam, self.vocab_size, graph)
+
+    def log_noised_marginal(self, z_BxL, lam_B, graph: str) -> np.ndarray:
+        """log p_lam(z) = log sum_x p0(x) prod_i K_lam(z_i | x_i) in nats per sequence, float64 [B].
+
+        -inf where p_lam(z) = 0 (absorb only). Sums to 1 over all z in [0, V]^L (absorb) or
+        [0, V)^L (uniform). Tabular: log-sum-exp over the support; Markov: log-space forward
+        algorithm over contexts. Source: spec §1.2-1.3.
+        Raises ValueError for an unknown graph, bad z (as log_score_np) or lam outside [0, 1].
+        """
+        z, lam = _check_sedd_inputs(z_BxL, lam_B, self.vocab_size, graph, lam_min_open=False)
+        self._check_sedd_length(z)
+        with np.errstate(divide="ignore"):
+            le_BxLxV = _full_log_emission(np, z, lam, self.vocab_size, graph)
+            return self._log_noised_marginal_from_emission(le_BxLxV)
+
+    def _check_sedd_length(self, z_BxL) -> None:
+        """Tabular oracles need len = seq_len; Markov chains take any length."""
+
+    def _loo_log_posterior(self, xp, z_BxL, lam_B, graph):
+        """Normalised log P(x_i = u | z_{-i}) under the noised law, [B, L, V]."""
+        raise NotImplementedError
+
+    def _log_noised_marginal_from_emission(self, le_BxLxV) -> np.ndarray:
+        raise NotImplementedError
 
 
 class TabularOracle(_Oracle):
@@ -295,6 +490,43 @@ class TabularOracle(_Oracle):
     def entropy(self) -> float:
         """H(X) in nats."""
         return float(-np.sum(self.probs * np.log(self.probs)))
+
+    # ---- SEDD score ratios (see _Oracle.log_score) ----
+    def _check_sedd_length(self, z_BxL) -> None:
+        if z_BxL.shape[1] != self.seq_len:
+            raise ValueError(f"z must have length {self.seq_len}; got shape {tuple(z_BxL.shape)}")
+
+    def _loo_log_posterior(self, xp, z_BxL, lam_B, graph):
+        """log q[b, i, u] = log P(x_i = u | z_{-i}): log-sum-exp over the K support sequences.
+
+        Posterior weight of sequence k without position i: log p_k + n_ki * D, where n_ki is
+        the (integer) number of positions j != i at which z_j is a real token other than
+        x_kj and D = log K(mismatch) - log K(match) (-inf for absorb): no cancellation.
+        """
+        V = self.vocab_size
+        self._check_sedd_length(z_BxL)
+        if xp is np:
+            seqs, logp = self.seqs, np.log(self.probs)
+            onehot = np.eye(V, dtype=bool)[self.seqs]
+        else:
+            seqs, logp = self._seqs_KxL, self._logp_K
+            onehot = self._onehot_KxLxV > 0
+        zz = z_BxL[:, None, :]
+        mis_BxKxL = (zz != seqs[None]) & (zz != V)
+        n_loo = mis_BxKxL.sum(axis=-1, keepdims=True) - mis_BxKxL.astype(np.int32)
+        if graph == "uniform":
+            D_B = xp.log(lam_B) - xp.log(V - (V - 1) * lam_B)
+            pen = xp.where(n_loo > 0, n_loo * D_B[:, None, None], 0.0)
+        else:
+            pen = xp.where(n_loo > 0, -xp.inf, 0.0)
+        logw_BxKxL = logp[None, :, None] + pen
+        a = xp.where(onehot[None], logw_BxKxL[..., None], -xp.inf)  # [B, K, L, V]
+        return _normalize_log(xp, _lse(xp, a, axis=1), V)
+
+    def _log_noised_marginal_from_emission(self, le_BxLxV) -> np.ndarray:
+        L = self.seq_len
+        g_BxKxL = le_BxLxV[:, np.arange(L)[None, :], self.seqs]
+        return _lse(np, np.log(self.probs)[None] + g_BxKxL.sum(axis=-1), axis=1)
 
 
 class MarkovOracle(_Oracle):
@@ -532,6 +764,97 @@ class MarkovOracle(_Oracle):
             out[:, j] = v
             s = (s * V + v) % S
         return out
+
+    # ---- SEDD score ratios (see _Oracle.log_score) ----
+    # Log-space forward-backward over contexts with soft emissions e_j(u) = log K_lam(z_j | u):
+    # a hidden Markov model whose hidden symbols are the clean tokens. Log space (not rescaled
+    # linear messages) because with zeros in the transition table and lam ~ 1e-6 the ratios of
+    # messages between states exceed the float32 range after a few steps.
+    def _log_fb_parts(self, xp, logP):
+        V, k = self.vocab_size, self.order
+        S, R = V**k, V ** (k - 1)
+        lP_cRv = logP.reshape(V, R, V)  # context s = c * R + r (c = oldest symbol)
+
+        def predict(lf_BxS):  # log P(state_{j-1}, z_<j) (normalised) -> log P(state_j | z_<j)
+            B = lf_BxS.shape[0]
+            return _lse(xp, lf_BxS.reshape(B, V, R, 1) + lP_cRv[None], axis=1).reshape(B, S)
+
+        def update(lg_BxS, le_BxV):  # add the emission of z_j, normalise; returns log-normaliser
+            B = lg_BxS.shape[0]
+            lf = (lg_BxS.reshape(B, R, V) + le_BxV[:, None, :]).reshape(B, S)
+            c_B = _lse(xp, lf, axis=1)
+            return lf - xp.where(xp.isfinite(c_B), c_B, 0.0)[:, None], c_B
+
+        def bwd(lb_BxS, le_BxV):  # log P(z_>j | state_j) -> log P(z_>=j | state_{j-1}) (max-shifted)
+            B = lb_BxS.shape[0]
+            h = lb_BxS.reshape(B, R, V) + le_BxV[:, None, :]
+            bp = _lse(xp, lP_cRv[None] + h[:, None, :, :], axis=-1).reshape(B, S)
+            m = bp.max(axis=1, keepdims=True)
+            return bp - xp.where(xp.isfinite(m), m, 0.0)
+
+        def loo(lg_BxS, lb_BxS):  # unnormalised log P(x_j = v | z_{-j}) [B, V]
+            B = lg_BxS.shape[0]
+            return _lse(xp, (lg_BxS + lb_BxS).reshape(B, R, V), axis=1)
+
+        return predict, update, bwd, loo
+
+    @functools.cached_property
+    def _log_tables_f32(self):
+        # numpy float32 (not jax arrays: a cached jax array created inside a trace would leak).
+        with np.errstate(divide="ignore"):
+            return np.log(self.trans).astype(np.float32), np.log(self.stationary).astype(np.float32)
+
+    def _log_tables_f64(self):
+        with np.errstate(divide="ignore"):
+            return np.log(self.trans), np.log(self.stationary)
+
+    def _loo_log_posterior(self, xp, z_BxL, lam_B, graph):
+        V = self.vocab_size
+        le_BxLxV = _rel_log_emission(xp, z_BxL, lam_B, V, graph)
+        B, L = z_BxL.shape
+        if xp is np:
+            logP, logpi = self._log_tables_f64()
+            predict, update, bwd, loo = self._log_fb_parts(np, logP)
+            lf = np.broadcast_to(logpi, (B, len(logpi)))
+            lgs = []
+            for j in range(L):
+                lg = predict(lf)
+                lf, _ = update(lg, le_BxLxV[:, j])
+                lgs.append(lg)
+            lb = np.zeros_like(lf)
+            lq = [None] * L
+            for j in range(L - 1, -1, -1):
+                lq[j] = loo(lgs[j], lb)
+                lb = bwd(lb, le_BxLxV[:, j])
+            return _normalize_log(np, np.stack(lq, axis=1), V)
+        logP, logpi = self._log_tables_f32
+        predict, update, bwd, loo = self._log_fb_parts(jnp, logP)
+        le_LxBxV = jnp.transpose(le_BxLxV, (1, 0, 2))
+        lf0 = jnp.broadcast_to(logpi, (B, logpi.shape[0]))
+
+        def fstep(lf, le_j):
+            lg = predict(lf)
+            return update(lg, le_j)[0], lg
+
+        _, lg_LxBxS = jax.lax.scan(fstep, lf0, le_LxBxV)
+
+        def bstep(lb, inp):
+            lg_j, le_j = inp
+            return bwd(lb, le_j), loo(lg_j, lb)
+
+        _, lq_LxBxV = jax.lax.scan(bstep, jnp.zeros_like(lf0), (lg_LxBxS, le_LxBxV), reverse=True)
+        return _normalize_log(jnp, jnp.transpose(lq_LxBxV, (1, 0, 2)), V)
+
+    def _log_noised_marginal_from_emission(self, le_BxLxV) -> np.ndarray:
+        logP, logpi = self._log_tables_f64()
+        predict, update, _, _ = self._log_fb_parts(np, logP)
+        B, L, _ = le_BxLxV.shape
+        lf = np.broadcast_to(logpi, (B, len(logpi)))
+        total = np.zeros(B)
+        for j in range(L):
+            lf, c = update(predict(lf), le_BxLxV[:, j])
+            total = total + c
+        return total
 
 
 def load_oracle(kind: str, path, alphabet: str | None = None, seq_len: int | None = None):

@@ -61,6 +61,7 @@ from infodiff import schedules as schedules_lib
 from infodiff.data import text as text_data
 from infodiff.networks.transformer import Transformer, count_params
 from infodiff.processes import masked
+from infodiff.processes import score_entropy
 
 __all__ = [
     "RESUMABLE_KEYS",
@@ -178,6 +179,9 @@ def make_model(config: ml_collections.ConfigDict) -> Transformer:
       ValueError: unknown dtype name.
     """
     m = config.model
+    output = "log_softmax"
+    if is_sedd(config) and _score_param(config) == "direct":
+        output = "logits"
     return Transformer(
         vocab_size=int(config.data.vocab_size),
         seq_len=int(config.data.seq_len),
@@ -188,7 +192,108 @@ def make_model(config: ml_collections.ConfigDict) -> Transformer:
         dropout=float(m.dropout),
         time_conditioning=bool(m.time_conditioning),
         dtype=_dtype(m.dtype),
+        output=output,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Score-entropy (SEDD) models
+# ---------------------------------------------------------------------------------------------
+SCORE_PARAMS = ("direct", "mean")
+
+
+def is_sedd(config: ml_collections.ConfigDict) -> bool:
+    """True for ``config.process.name == 'sedd'`` (score-entropy diffusion)."""
+    return config.process.name == "sedd"
+
+
+def _score_param(config) -> str:
+    sp = config.process.get("score_param", "direct")
+    if sp not in SCORE_PARAMS:
+        raise ValueError(f"config.process.score_param={sp!r}; choose from {SCORE_PARAMS}")
+    return sp
+
+
+def log_score_from_output(graph: str, score_param: str, out_BxLxV: jax.Array, z_BxL: jax.Array,
+                          lam_B: jax.Array) -> jax.Array:
+    """Network output -> SEDD log-scores [B, L, V] (float32).
+
+    ``direct`` (SEDD): absorb ``log s = logits - log V + log a(lam)`` (SEDD's "scale by sigma",
+    with -log V instead of -log(V - 1) so that a zero-initialised head gives sum_v c_v = 1);
+    uniform ``log s = logits`` (entry z_i unused). ``mean`` (x0-prediction, normalised):
+    absorb ``log s = log_softmax + log a(lam)`` (RADD); uniform the exact posterior-to-score map
+    :func:`score_entropy.uniform_log_score_from_mean`. Source: spec §5.2.
+    """
+    V = out_BxLxV.shape[-1]
+    if graph == "absorb":
+        log_c = out_BxLxV - math.log(V) if score_param == "direct" else out_BxLxV
+        return score_entropy.absorb_log_score_from_mean(log_c, lam_B)
+    if score_param == "direct":
+        return out_BxLxV.astype(jnp.float32)
+    return score_entropy.uniform_log_score_from_mean(out_BxLxV, z_BxL, lam_B)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ScoreModel:
+    """``score_model(z_BxL, lam_B) -> log-scores [B, L, V]``: a SEDD network in eval mode.
+
+    The network is conditioned on the noise level lam = 1 - exp(-sigma_bar(t)) in [0, 1]
+    (passed as its time input). ``graph``: 'absorb' | 'uniform'; ``score_param``: 'direct' |
+    'mean' (:func:`log_score_from_output`). Frozen, hashed by identity (a static jit argument).
+    """
+
+    model: Transformer
+    params: Any
+    graph: str
+    score_param: str
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.vocab_size)
+
+    def __call__(self, z_BxL: jax.Array, lam_B: jax.Array) -> jax.Array:
+        return self.apply_params(self.params, z_BxL, lam_B)
+
+    def apply_params(self, params: Any, z_BxL: jax.Array, lam_B: jax.Array) -> jax.Array:
+        out = self.model.apply({"params": params}, z_BxL, lam_B, train=False)
+        return log_score_from_output(self.graph, self.score_param, out, z_BxL, lam_B)
+
+
+def make_score_model(config: ml_collections.ConfigDict, model: Transformer, params: Any) -> ScoreModel:
+    """Wrap a SEDD network (``config.process.graph``, ``score_param``) as a :class:`ScoreModel`."""
+    return ScoreModel(model=model, params=params,
+                      graph=score_entropy.check_graph(config.process.graph),
+                      score_param=_score_param(config))
+
+
+def _antithetic_uniform(key: jax.Array, n: int) -> jax.Array:
+    u0 = jax.random.uniform(key, ())
+    return jnp.mod(u0 + jnp.arange(n, dtype=jnp.float32) / n, 1.0)
+
+
+def sedd_loss(config: ml_collections.ConfigDict, apply_fn: Callable, x_BxL: jax.Array,
+              key: jax.Array) -> jax.Array:
+    """SEDD's continuous-time DSE objective per sequence: float32 [B] nats.
+
+    ``t ~ U[0, 1)`` (antithetic across the batch if ``process.antithetic``), lam = lambda(t),
+    z ~ p_{lam|0}(. | x), loss = sigma(t) * score_entropy (= l_DSE, SEDD Eq. 3 / spec §3.1): an
+    unbiased estimate of ``int_0^1 DSE dt``, the diffusion term of the I-MDSE bound (the prior
+    KL is not included). ``apply_fn(z, lam) -> network output``. lam is clipped to
+    [1e-7, 1 - 2^-24] so that t = 0 (nothing noised) cannot produce 0 * inf and lam rounding to
+    1 in float32 (geometric schedule) keeps a(lam) finite.
+    """
+    p = config.process
+    graph = score_entropy.check_graph(p.graph)
+    sched = schedules_lib.get_schedule(p.schedule, eps=p.get("eps", None))
+    V = int(config.data.vocab_size)
+    B = x_BxL.shape[0]
+    k_t, k_z = jax.random.split(key)
+    t = _antithetic_uniform(k_t, B) if p.get("antithetic", True) else jax.random.uniform(k_t, (B,))
+    lam = jnp.clip(sched.mask_prob(t), 1e-7, score_entropy.LAM_ONE)
+    sigma = sched.sigma(t)
+    z = score_entropy.corrupt(graph, k_z, x_BxL, lam, V)
+    log_s = log_score_from_output(graph, _score_param(config), apply_fn(z, lam), z, lam)
+    return sigma * score_entropy.score_entropy(graph, log_s, x_BxL, z, lam)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -239,7 +344,7 @@ def make_mask_spec(config: ml_collections.ConfigDict) -> masked.MaskSpec:
     """
     p = config.process
     if p.name != "masked":
-        raise ValueError(f"config.process.name={p.name!r}: this trainer supports only 'masked'")
+        raise ValueError(f"config.process.name={p.name!r}: this trainer supports 'masked' and 'sedd'")
     return masked.MaskSpec(
         name=p.objective,
         schedule=schedules_lib.get_schedule(p.schedule, eps=p.eps),
@@ -414,6 +519,17 @@ def make_loss_fn(
     :func:`masked.diffusion_loss` (nats per sequence) of the objective :func:`make_mask_spec`;
     ``loss`` = mean_b loss_B / L (nats per token, the quantity that is differentiated). Not jitted.
     """
+    if is_sedd(config):
+        def sedd_loss_fn(params, x_BxL, key):
+            k_loss, k_drop = jax.random.split(key)
+
+            def apply_fn(z_BxL, lam_B):
+                return model.apply({"params": params}, z_BxL, lam_B, train=True, rngs={"dropout": k_drop})
+
+            loss_B = sedd_loss(config, apply_fn, x_BxL, k_loss)
+            return jnp.mean(loss_B) / x_BxL.shape[1], loss_B
+
+        return sedd_loss_fn
     spec = make_mask_spec(config)
     V = int(config.data.vocab_size)
 
@@ -487,13 +603,18 @@ def make_eval_step(
     'data'), key (PRNG key). Returns ``{'loss': nats/seq, 'bpc': bits/char}``, float32 scalars
     averaged over the batch (one Monte Carlo mask per sequence).
     """
-    spec = make_mask_spec(config)
-    V = int(config.data.vocab_size)
     repl = NamedSharding(mesh, P())
+    if is_sedd(config):
+        def eval_fn(params, x_BxL, key):
+            apply_fn = lambda z, lam: model.apply({"params": params}, z, lam, train=False)  # noqa: E731
+            return _seq_metrics(sedd_loss(config, apply_fn, x_BxL, key), x_BxL.shape[1])
+    else:
+        spec = make_mask_spec(config)
+        V = int(config.data.vocab_size)
 
-    def eval_fn(params, x_BxL, key):
-        loss_B = masked.diffusion_loss(make_denoiser(model, params), x_BxL, key, spec, V)
-        return _seq_metrics(loss_B, x_BxL.shape[1])
+        def eval_fn(params, x_BxL, key):
+            loss_B = masked.diffusion_loss(make_denoiser(model, params), x_BxL, key, spec, V)
+            return _seq_metrics(loss_B, x_BxL.shape[1])
 
     return jax.jit(eval_fn, in_shardings=(repl, NamedSharding(mesh, P("data")), repl), out_shardings=repl)
 
@@ -823,7 +944,7 @@ def train_and_evaluate(
         logging.info,
         "model: %d params, %d devices (%s), batch %d x %d, steps %d -> %d, objective %s",
         num_params, mesh.devices.size, mesh.devices.flat[0].platform, B, L, start_step, end_step,
-        config.process.objective,
+        config.process.get("objective", f"{config.process.name}:{config.process.get('graph', '')}"),
     )
 
     def run_eval(step: int) -> dict:

@@ -246,6 +246,9 @@ class Transformer(nn.Module):
       time_conditioning: if False (RADD-style), ``t_B`` is ignored entirely.
       dtype: compute dtype for matmuls (e.g. ``jnp.bfloat16``).  Parameters,
         LayerNorm, softmax and the output ``log_softmax`` stay float32.
+      output: ``'log_softmax'`` (default: normalised log-probabilities, the mean /
+        x0-prediction) or ``'logits'`` (the raw float32 head output, e.g. SEDD's direct
+        log-score parameterisation, :mod:`infodiff.processes.score_entropy`).
     """
 
     vocab_size: int
@@ -257,6 +260,7 @@ class Transformer(nn.Module):
     dropout: float = 0.0
     time_conditioning: bool = False
     dtype: Any = jnp.float32
+    output: str = "log_softmax"
 
     @nn.compact
     def __call__(self, z_BxL: jax.Array, t_B: Optional[jax.Array] = None, *,
@@ -318,6 +322,10 @@ class Transformer(nn.Module):
         logits_BxLxV = nn.Dense(self.vocab_size, dtype=self.dtype,
                                 kernel_init=nn.initializers.zeros,
                                 bias_init=nn.initializers.zeros, name="head")(h_BxLxD)
+        if self.output == "logits":
+            return logits_BxLxV.astype(jnp.float32)
+        if self.output != "log_softmax":
+            raise ValueError(f"output must be 'log_softmax' or 'logits'; got {self.output!r}")
         return jax.nn.log_softmax(logits_BxLxV.astype(jnp.float32), axis=-1)
 
 

@@ -1,0 +1,91 @@
+"""Shared schema of the Poisson-diffusion (ItDPDM) configs (configs/poisson_*.py, oracle_poisson.py).
+
+Groups: data / process / model / optim / train / eval (see infodiff/poisson_training.py).
+"""
+
+import ml_collections
+
+
+def base(experiment: str) -> ml_collections.ConfigDict:
+    """Every key a Poisson config has, with CPU-sized defaults (an MLP on 1-D counts)."""
+    c = ml_collections.ConfigDict()
+    c.experiment = experiment
+    c.seed = 0
+
+    c.data = ml_collections.ConfigDict()
+    c.data.name = "synthetic"     # synthetic | digits | fashion_mnist | randhie | chorales
+    c.data.distribution = "zip"   # synthetic: a name of infodiff.data.count_synthetic.NAMES
+    c.data.dim = 1                # synthetic: iid coordinates per example
+    c.data.num_train = 50000      # synthetic split sizes (paper: 50k train / 50k generated)
+    c.data.num_valid = 2000
+    c.data.num_test = 2000
+    c.data.seed = 0               # synthetic sampling seed
+    c.data.max_count = 50         # synthetic: truncation per coordinate (paper: "truncated at 50")
+    c.data.cache_dir = ""         # default $INFODIFF_DATA or ~/.cache/infodiff
+    c.data.path = ""              # chorales: npz (default infodiff/data/chorales.npz)
+    c.data.window = 32            # chorales: eighth-note steps per example
+    c.data.low = 1.0              # counts 0..K mapped to [low, high] (paper's best Dn = [1, 2])
+    c.data.high = 2.0
+
+    c.process = ml_collections.ConfigDict()
+    c.process.name = "poisson"
+    c.process.proposal = "auto"   # log-SNR proposal: auto (data-driven) | paper (-1, 5, 4) | manual
+    c.process.loc = -1.0          # manual proposal (truncated logistic)
+    c.process.scale = 5.0
+    c.process.clip = 4.0
+    c.process.weighting = "likelihood"  # likelihood (e^alpha / q) | paper (1 / q, Alg. 1 as printed)
+
+    c.model = ml_collections.ConfigDict()
+    c.model.arch = "mlp"          # mlp | conv | seqconv
+    c.model.head = "categorical"  # categorical (lattice posterior + exact Poisson likelihood) | sigmoid | softplus
+    c.model.init_prior = True     # categorical: start prior_logits at the training marginals
+    c.model.hidden = 64           # mlp (paper: 3 x 64, LayerNorm, LeakyReLU(0.2))
+    c.model.num_layers = 3
+    c.model.channels = 32         # conv / seqconv
+    c.model.num_blocks = 2
+    c.model.emb_dim = 64          # sinusoidal log-SNR embedding
+
+    c.optim = ml_collections.ConfigDict()
+    c.optim.lr = 1e-3             # paper (synthetic): Adam 1e-3
+    c.optim.warmup_steps = 100
+    c.optim.decay = "cosine"
+    c.optim.min_lr_ratio = 0.1
+    c.optim.weight_decay = 0.0
+    c.optim.b1 = 0.9
+    c.optim.b2 = 0.999
+    c.optim.eps = 1e-8
+    c.optim.grad_clip = 1.0
+    c.optim.ema_decay = 0.999
+
+    c.train = ml_collections.ConfigDict()
+    c.train.batch_size = 128      # paper (synthetic): 128
+    c.train.num_steps = 2000
+    c.train.log_every = 100
+    c.train.eval_every = 500
+    c.train.eval_batches = 8
+    c.train.ckpt_every = 500
+    c.train.keep_checkpoints = 2
+
+    c.eval = ml_collections.ConfigDict()
+    c.eval.mode = "network"       # network | oracle
+    c.eval.split = "test"
+    c.eval.max_examples = 0       # 0: the whole split
+    c.eval.sampler = "logistic"   # logistic | qmc | grid
+    c.eval.num_samples = 100      # log-SNR draws per example (paper: 100)
+    c.eval.proposal = "train"     # train (same as process) | auto | paper | manual
+    c.eval.loc = -1.0
+    c.eval.scale = 5.0
+    c.eval.clip = 4.0
+    c.eval.high_snr_guard = ""    # '' or 'round' (lattice rounding above eval.alpha_guard; exact tail)
+    c.eval.alpha_guard = 30.0
+    c.eval.batch_size = 4096      # rows per forward pass
+    c.eval.use_ema = True
+    c.eval.seed = 1234
+    c.eval.num_generate = 10000   # increment-sampler draws (synthetic: W1; images: first 32 in the PNG)
+    c.eval.sample_steps = 500     # log-spaced SNRs of the sampler
+    c.eval.gamma_min = 1e-3
+    c.eval.gamma_max = 0.0        # 0: 64 high / spacing^2 (lattice resolved)
+    c.eval.decision = "round"     # final lattice decision: round | ml | denoiser
+    c.eval.sampler_steps = "20,100,1000"  # oracle mode: step counts compared
+    c.eval.output_dir = ""        # oracle mode output directory
+    return c

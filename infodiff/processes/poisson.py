@@ -1,0 +1,995 @@
+"""Poisson diffusion (ItDPDM): channel, PRL loss, log-SNR samplers, NLL estimator, samplers.
+
+Source: Bhattacharya et al., *ItDPDM: Information-Theoretic Discrete Poisson Diffusion Model*,
+NeurIPS 2025, arXiv 2505.05082 (v4); reference specification shared/specs/poisson.md (cited as
+"spec §N" below).
+
+The forward "process" is the Poisson channel Z_gamma | X ~ Pois(gamma X) applied to every
+coordinate with one shared SNR gamma = exp(alpha) per example (spec §1). The exact likelihood
+identity (spec §2.3, Eq. 17):
+
+    -log P(x) = int_0^inf mprl(x, gamma) d gamma
+              = int_{-inf}^{inf} e^alpha  E_{z | x} sum_d l(x_d, E[X_d | Z_gamma = z]) d alpha   (nats)
+
+with the Poisson reconstruction loss l(x, xhat) = x log(x / xhat) - x + xhat (spec §2.1).
+
+Denoiser contract (shared by networks and the exact oracles of ``infodiff.count_oracles``)::
+
+    denoiser(z_BxD, alpha_B) -> xhat_BxD
+
+  * z_BxD: raw channel counts, integer-valued float32 (as returned by `sample_channel`); a network normalises
+    them itself, e.g. with `network_input` (the paper's z~ = z / (1 + gamma)).
+  * alpha_B: float32 log-SNR, gamma = exp(alpha).
+  * xhat_BxD: float32 > 0 (>= 0 allowed where x = 0), in the SCALED data space (the space the
+    data x passed to the loss / estimator lives in), estimating E[X | Z_gamma = z].
+  A denoiser object with attributes ``apply_params(params, z, alpha)`` and ``params`` has its
+  parameters passed to jit as arguments (no recompilation per parameter value).
+
+Units: nats per example (sum over the D coordinates) unless stated; bits per dimension =
+nats / (D ln 2). Device values are float32; every Monte Carlo sum, mean and variance is
+accumulated in float64 on the host.
+
+Data scaling: the NLL in nats of the DISCRETE data does not depend on a strictly positive
+affine relabelling of the support (spec §1 "Scale invariance"), so `CountScaling` needs no
+log-determinant; the map only moves the integrand in alpha by -log(scale) (spec §3.4).
+
+NLL terms (`poisson_nll`): every reported total is the PRL integral of one well-defined
+denoiser (a constant below the sampled alpha range, the given denoiser inside it, lattice
+rounding of z / gamma above it or above `alpha_guard`), so by Eq. (18) it upper-bounds the data
+entropy in expectation over the data; the two tails are computed exactly (no MC noise), only
+the diffusion term is Monte Carlo. With the exact oracle the total is -log P(x) up to
+O(gamma_lo) + O(exp(-c gamma_top)) (checked in tests/test_poisson.py).
+
+High-SNR caution (spec §3.4): the weight e^alpha / q grows like gamma, so tiny denoiser errors
+at alpha ~ 15-20 dominate an untrained network's NLL; use high_snr_guard='round' with an
+alpha_guard where the lattice is resolved (`suggest_alpha_guard`: log(120 x_max / spacing^2),
+where rounding errs with probability ~1e-7).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.stats
+
+__all__ = [
+    "validate_counts",
+    "check_gamma",
+    "CountScaling",
+    "sample_channel",
+    "network_input",
+    "prl",
+    "prl_np",
+    "poisson_loglik",
+    "truncated_logistic",
+    "truncated_logistic_qmc",
+    "logistic_weight",
+    "log_snr_grid",
+    "suggest_logistic",
+    "suggest_alpha_guard",
+    "diffusion_loss",
+    "prl_loss",
+    "rounding_loss_integral",
+    "PoissonNLL",
+    "poisson_nll",
+    "SAMPLERS",
+    "log_spaced_gammas",
+    "lattice_decision",
+    "increment_sampler",
+    "paper_sampler",
+    "total_variation",
+]
+
+SAMPLERS = ("logistic", "qmc", "grid")
+
+# Rates at or above this use a Cornish-Fisher (2nd order) normal approximation with continuity
+# correction, because jax.random.poisson is float32-inaccurate for large rates (variance 3 %
+# off at rate 1e6, 46 % at 1e8; measured). At 1e4 the approximation's error is O(rate^-3/2).
+_LARGE_RATE = 1.0e4
+_MAX_RATE = 1.0e30  # counts are float32 (integer-valued); see sample_channel
+
+
+# ----------------------------------------------------------------------------------------
+# Input validation
+# ----------------------------------------------------------------------------------------
+def validate_counts(x, name: str = "x") -> np.ndarray:
+    """Check that ``x`` holds non-negative integer counts; return them as int64 numpy.
+
+    Args:
+      x: array-like of any shape (ints or integer-valued floats).
+      name: used in error messages.
+    Returns:
+      int64 numpy array, same shape.
+    Raises:
+      ValueError naming the first offending entry: NaN / inf, negative, non-integer
+      (e.g. "x[3, 1] = -2 is negative").
+    """
+    a = np.asarray(x)
+    if a.dtype == bool or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+        raise ValueError(f"{name} must be numeric counts; got dtype {a.dtype}")
+    if np.issubdtype(a.dtype, np.floating):
+        bad = ~np.isfinite(a)
+        if bad.any():
+            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(f"{name}{list(idx)} = {a[idx]} is not finite")
+    neg = a < 0
+    if neg.any():
+        idx = tuple(int(i) for i in np.argwhere(neg)[0])
+        raise ValueError(f"{name}{list(idx)} = {a[idx]} is negative")
+    if np.issubdtype(a.dtype, np.floating):
+        frac = a != np.floor(a)
+        if frac.any():
+            idx = tuple(int(i) for i in np.argwhere(frac)[0])
+            raise ValueError(f"{name}{list(idx)} = {a[idx]} is not an integer count")
+    return a.astype(np.int64)
+
+
+def _validate_data(x, name: str = "x") -> np.ndarray:
+    """Scaled data for the channel: finite and >= 0. -> float64 numpy. Raises ValueError."""
+    a = np.asarray(x, dtype=np.float64)
+    bad = ~np.isfinite(a)
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"{name}{list(idx)} = {a[idx]} is not finite")
+    neg = a < 0
+    if neg.any():
+        idx = tuple(int(i) for i in np.argwhere(neg)[0])
+        raise ValueError(f"{name}{list(idx)} = {a[idx]} is negative (a Poisson rate must be >= 0)")
+    return a
+
+
+def check_gamma(gamma, name: str = "gamma") -> np.ndarray:
+    """Host-side check of a concrete SNR array: every entry finite and > 0.
+
+    Returns float64 numpy (same shape). Raises ValueError naming the first bad entry
+    (e.g. "gamma[2] = 0.0 must be > 0"). Traced values cannot be checked (call this before jit).
+    """
+    g = np.asarray(gamma, dtype=np.float64)
+    bad = ~(np.isfinite(g) & (g > 0))
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"{name}{list(idx)} = {g[idx]} must be finite and > 0")
+    return g
+
+
+def _is_concrete(*arrays) -> bool:
+    return not any(isinstance(a, jax.core.Tracer) for a in arrays)
+
+
+# ----------------------------------------------------------------------------------------
+# Data scaling
+# ----------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class CountScaling:
+    """Affine map of counts {0..max_count} to [low, high]: x = low + (high - low) c / max_count.
+
+    The default maps {0..K} onto [1, 2], the paper's best Poisson data normalisation
+    "Dn = [1, 2]" (arXiv 2505.05082 App. B.2; spec §1). low = 0 is allowed (x = 0 is then a
+    valid channel input: Z = 0 surely and l(0, xhat) = xhat). The NLL in nats of the discrete
+    data is invariant to this map (spec §1 "Scale invariance"), so no log-det is needed.
+
+    Raises ValueError if max_count < 1, low < 0 or high <= low.
+    """
+
+    max_count: int
+    low: float = 1.0
+    high: float = 2.0
+
+    def __post_init__(self):
+        if isinstance(self.max_count, bool) or int(self.max_count) != self.max_count or self.max_count < 1:
+            raise ValueError(f"max_count = {self.max_count!r} must be an integer >= 1")
+        if not (math.isfinite(self.low) and self.low >= 0):
+            raise ValueError(f"low = {self.low!r} must be finite and >= 0")
+        if not (math.isfinite(self.high) and self.high > self.low):
+            raise ValueError(f"high = {self.high!r} must be finite and > low = {self.low!r}")
+
+    @property
+    def spacing(self) -> float:
+        """Lattice spacing Delta = (high - low) / max_count in the scaled space."""
+        return (self.high - self.low) / self.max_count
+
+    def scale(self, counts):
+        """counts (ints in {0..K}, any shape) -> scaled values. numpy in -> float64 numpy
+        (validated: ValueError for non-counts or counts > max_count); jax in -> float32 jax
+        (not validated, jit-able)."""
+        if isinstance(counts, jax.Array):
+            return self.low + self.spacing * counts.astype(jnp.float32)
+        c = validate_counts(counts, "counts")
+        over = c > self.max_count
+        if over.any():
+            idx = tuple(int(i) for i in np.argwhere(over)[0])
+            raise ValueError(f"counts{list(idx)} = {c[idx]} exceeds max_count = {self.max_count}")
+        return self.low + self.spacing * c.astype(np.float64)
+
+    def unscale(self, x):
+        """Scaled values -> (real-valued) counts (x - low) / spacing. Same array type as x."""
+        return (x - self.low) / self.spacing
+
+    def lattice(self) -> np.ndarray:
+        """float64 [K + 1]: the scaled values of the counts 0..K."""
+        return self.low + self.spacing * np.arange(self.max_count + 1, dtype=np.float64)
+
+    def to_lattice(self, x):
+        """Nearest lattice point of scaled values x, as counts in {0..K} (ties round up).
+        numpy in -> int64 numpy; jax in -> int32 jax (jit-able)."""
+        if isinstance(x, jax.Array):
+            j = jnp.floor((x - self.low) / self.spacing + 0.5)
+            return jnp.clip(j, 0, self.max_count).astype(jnp.int32)
+        j = np.floor((np.asarray(x, np.float64) - self.low) / self.spacing + 0.5)
+        return np.clip(j, 0, self.max_count).astype(np.int64)
+
+
+# ----------------------------------------------------------------------------------------
+# The channel
+# ----------------------------------------------------------------------------------------
+@jax.jit
+def _poisson_counts(key, rate):
+    """z ~ Pois(rate) elementwise as integer-valued float32, for rate in [0, 1e30).
+
+    rate < 1e4: jax.random.poisson (exact). rate >= 1e4: second-order Cornish-Fisher expansion of
+    the Poisson quantile with continuity correction, z = floor(rate) + round(frac(rate) +
+    sqrt(rate) w), w the corrected normal quantile; distribution error O(rate^-3/2) (<= 1e-6 at
+    1e4). Above 2^24 ~ 1.7e7 float32 rounds z to a relative 6e-8 (below the Poisson spread
+    1/sqrt(rate) until rate ~ 3e14; at the paper's alpha = 37 grid end the rounding dominates,
+    which no denoiser can resolve anyway).
+    """
+    rate = jnp.asarray(rate, jnp.float32)
+    k1, k2 = jax.random.split(key)
+    small = jax.random.poisson(k1, jnp.minimum(rate, _LARGE_RATE), dtype=jnp.int32).astype(jnp.float32)
+    u = jax.random.normal(k2, rate.shape, jnp.float32)
+    lam = jnp.maximum(rate, _LARGE_RATE)
+    g1 = jax.lax.rsqrt(lam)  # skewness
+    g2 = 1.0 / lam  # excess kurtosis
+    w = (u + g1 * (u * u - 1.0) / 6.0 + g2 * (u**3 - 3.0 * u) / 24.0
+         - g1 * g1 * (2.0 * u**3 - 5.0 * u) / 36.0)
+    base = jnp.floor(lam)
+    dev = jnp.floor(lam - base + jnp.sqrt(lam) * w + 0.5)
+    large = jnp.maximum(base + dev, 0.0)
+    return jnp.where(rate < _LARGE_RATE, small, large)
+
+
+def sample_channel(key, x_BxD, gamma_B):
+    """Poisson channel z ~ Pois(gamma_b x_bd), independently per coordinate, one gamma per example.
+
+    Args:
+      key: PRNG key.
+      x_BxD: float [B, D] scaled data, >= 0.
+      gamma_B: float [B] SNR, > 0.
+    Returns:
+      float32 [B, D] integer-valued counts (float32, not int32, so that the paper's grid up to
+      alpha = 37, gamma x ~ 2e16, cannot overflow; exact integers below 2^24 ~ 1.7e7, relative
+      rounding 6e-8 above; spec §3.3 notes gamma x up to ~3.6e8 for logistic(-1, 5) on [1, 2]).
+    Raises:
+      ValueError (only when x and gamma are concrete, not under jit): gamma <= 0 / NaN / inf,
+      x negative / non-finite, or gamma * x >= 1e30.
+    Source: arXiv 2505.05082 Eq. (1); spec §1.
+    """
+    if _is_concrete(x_BxD, gamma_B):
+        g = check_gamma(gamma_B)
+        xa = _validate_data(x_BxD)
+        if xa.ndim != 2 or g.shape != (xa.shape[0],):
+            raise ValueError(f"expected x [B, D] and gamma [B]; got {xa.shape} and {g.shape}")
+        mx = (g[:, None] * xa).max(initial=0.0)
+        if mx >= _MAX_RATE:
+            raise ValueError(f"gamma * x reaches {mx:.3g} >= {_MAX_RATE:.0e}")
+    x_BxD = jnp.asarray(x_BxD, jnp.float32)
+    gamma_B = jnp.asarray(gamma_B, jnp.float32)
+    return _poisson_counts(key, gamma_B[:, None] * x_BxD)
+
+
+def network_input(z_BxD, gamma_B):
+    """The paper's normalised network input z~ = z / (1 + gamma), float32 [B, D]; stays in
+    [0, ~X] (arXiv 2505.05082 Eq. 19 / Alg. 1; spec §2.5, §4.1)."""
+    gamma_B = jnp.asarray(gamma_B, jnp.float32)
+    return jnp.asarray(z_BxD, jnp.float32) / (1.0 + gamma_B[:, None])
+
+
+# ----------------------------------------------------------------------------------------
+# The loss
+# ----------------------------------------------------------------------------------------
+def _h(t, u=None):
+    """t - log1p(t) for t >= -1 (>= 0; +inf at t = -1), accurate near 0 (series for |t| < 0.1).
+    If u = 1 + t is given (computed as a ratio, not as 1 + t), the direct branch uses
+    t - log(u): accurate when u underflows relative to 1 (e.g. xhat = 1e-24 x).
+    Gradient-safe: each branch only sees arguments where it is finite."""
+    small = jnp.abs(t) < 0.1
+    ts = jnp.where(small, t, 0.0)
+    series = ts * ts * (0.5 + ts * (-1.0 / 3 + ts * (0.25 + ts * (-0.2 + ts * (1.0 / 6 + ts * (
+        -1.0 / 7 + ts * (0.125 - ts / 9.0)))))))
+    tb = jnp.where(small, 1.0, t)
+    if u is None:
+        direct = tb - jnp.log1p(tb)
+    else:
+        direct = tb - jnp.log(jnp.where(small, 2.0, u))
+    return jnp.where(small, series, direct)
+
+
+def _h_np(t, u=None):
+    t = np.asarray(t, np.float64)
+    small = np.abs(t) < 0.1
+    ts = np.where(small, t, 0.0)
+    series = ts * ts * (0.5 + ts * (-1.0 / 3 + ts * (0.25 + ts * (-0.2 + ts * (1.0 / 6 + ts * (
+        -1.0 / 7 + ts * (0.125 + ts * (-1.0 / 9 + ts * (0.1 - ts / 11.0)))))))))
+    tb = np.where(small, 1.0, t)
+    with np.errstate(divide="ignore"):
+        direct = tb - (np.log1p(tb) if u is None else np.log(np.where(small, 2.0, u)))
+    return np.where(small, series, direct)
+
+
+def prl(x, xhat):
+    """Poisson reconstruction loss l(x, xhat) = x log(x / xhat) - x + xhat, elementwise (nats).
+
+    Computed as x * h((xhat - x) / x) with h(t) = t - log1p(t), which has no cancellation when
+    xhat ~ x (the float32 xlogy form loses ~1e-7 absolute, i.e. ~10 nats after the weight
+    gamma ~ 1e8). l(0, xhat) = xhat (0 log 0 = 0); l(x, x) = 0; l(x > 0, 0) = +inf.
+
+    Args: x, xhat: broadcastable float arrays, x >= 0, xhat > 0 (>= 0 where x = 0).
+    Returns: float array (jnp), >= 0. Differentiable in xhat (d/dxhat = 1 - x / xhat).
+    Source: arXiv 2505.05082 §3 (Lemma 1); spec §2.1 (NOT the swapped form of Table 10).
+    """
+    x = jnp.asarray(x, jnp.result_type(float))
+    xhat = jnp.asarray(xhat, jnp.result_type(float))
+    pos = x > 0
+    xs = jnp.where(pos, x, 1.0)
+    return jnp.where(pos, xs * _h((xhat - xs) / xs, xhat / xs), xhat)
+
+
+def prl_np(x, xhat):
+    """float64 numpy version of `prl` (same formula and conventions)."""
+    x = np.asarray(x, np.float64)
+    xhat = np.asarray(xhat, np.float64)
+    pos = x > 0
+    xs = np.where(pos, x, 1.0)
+    return np.where(pos, xs * _h_np((xhat - xs) / xs, xhat / xs), xhat)
+
+
+def poisson_loglik(z, rate, xp=jnp):
+    """log Pois(z; rate) + lgamma(z + 1) - z log z + z  (i.e. without the terms that depend on
+    z only), computed without cancellation as -z h(rate / z - 1) (z > 0) and -rate (z = 0).
+
+    Used by the oracles for posterior weights (the dropped terms cancel in a softmax over x).
+    rate >= 0; rate = 0 with z > 0 gives -inf. xp: jnp (float32 under default JAX) or np (float64).
+    """
+    h = _h if xp is jnp else _h_np
+    z = xp.asarray(z, xp.float32 if xp is jnp else np.float64)
+    pos = z > 0
+    zs = xp.where(pos, z, 1.0)
+    return xp.where(pos, -zs * h((rate - zs) / zs, rate / zs), -rate)
+
+
+# ----------------------------------------------------------------------------------------
+# log-SNR sampling
+# ----------------------------------------------------------------------------------------
+def _check_logistic(scale, clip):
+    scale, clip = float(scale), float(clip)
+    if not (np.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale = {scale!r} must be finite and > 0")
+    if not (np.isfinite(clip) and clip > 0):
+        raise ValueError(f"clip = {clip!r} must be finite and > 0")
+
+
+def logistic_weight(alpha, loc: float = -1.0, scale: float = 5.0, clip: float = 4.0, xp=jnp):
+    """Importance weight e^alpha / q(alpha) for the logistic(loc, scale) density truncated to
+    [loc - clip scale, loc + clip scale]:
+        1 / q(alpha) = scale tanh(clip / 2) / (sigma(u) sigma(-u)),  u = (alpha - loc) / scale.
+    Source: ITDiff (Kong et al. 2023) logistic integration; spec §3.1-3.2 (the e^alpha = gamma
+    factor that arXiv 2505.05082 Alg. 1 drops is INCLUDED here)."""
+    u = (alpha - loc) / scale
+    a = xp.abs(u)
+    e = xp.exp(-a)
+    ss = e / (1.0 + e) ** 2  # sigma(u) sigma(-u), stable
+    return xp.exp(alpha) * (scale * math.tanh(clip / 2.0)) / ss
+
+
+def truncated_logistic(key, shape, loc: float = -1.0, scale: float = 5.0, clip: float = 4.0):
+    """Draw alpha ~ logistic(loc, scale) truncated at loc +- clip scale (inverse-CDF).
+
+    Returns (alpha, weight): float32 arrays of `shape`; weight = e^alpha / q(alpha) so that
+    E_q[weight f(alpha)] = int e^alpha f(alpha) d alpha over the truncated range.
+    Defaults (-1, 5, 4) are ItDPDM's (arXiv 2505.05082 App. B.2): alpha in [-21, 19].
+    Raises ValueError for scale <= 0 or clip <= 0. Source: spec §3.1.
+    """
+    _check_logistic(scale, clip)
+    loc, scale, clip = float(loc), float(scale), float(clip)
+    lo = 1.0 / (1.0 + math.exp(clip))
+    hi = 1.0 - lo
+    p = jax.random.uniform(key, shape, jnp.float32, lo, hi)
+    alpha = loc + scale * (jnp.log(p) - jnp.log1p(-p))
+    alpha = jnp.clip(alpha, loc - clip * scale, loc + clip * scale)
+    return alpha, logistic_weight(alpha, loc, scale, clip)
+
+
+def truncated_logistic_qmc(n: int, loc: float = -1.0, scale: float = 5.0, clip: float = 4.0,
+                           offset: float = 0.5):
+    """Deterministic (stratified / quasi-MC) truncated-logistic points: p_i = (i + offset)/n,
+    i = 0..n-1, mapped into (sigma(-clip), sigma(clip)) and through the logit.
+
+    Returns (alpha, weight): float64 numpy [n]; mean_i weight_i f(alpha_i) -> the integral as n
+    grows. offset in [0, 1) (0.5 = midpoints; a uniform random offset gives an unbiased
+    randomised-QMC estimate). Raises ValueError for n < 1 or offset outside [0, 1).
+    """
+    _check_logistic(scale, clip)
+    loc, scale, clip = float(loc), float(scale), float(clip)
+    if int(n) < 1:
+        raise ValueError(f"n = {n!r} must be >= 1")
+    if not (0.0 <= offset < 1.0):
+        raise ValueError(f"offset = {offset!r} must be in [0, 1)")
+    lo = 1.0 / (1.0 + math.exp(clip))
+    hi = 1.0 - lo
+    p = lo + (hi - lo) * (np.arange(n, dtype=np.float64) + offset) / n
+    alpha = loc + scale * (np.log(p) - np.log1p(-p))
+    return alpha, logistic_weight(alpha, loc, scale, clip, xp=np)
+
+
+def log_snr_grid(alpha_min: float = -28.0, alpha_max: float = 37.0, n: int = 1001):
+    """Uniform log-SNR grid with trapezoid weights times e^alpha (ItDPDM App. A.2 range).
+
+    Returns (alpha, weight): float64 numpy [n]; sum_i weight_i f(alpha_i) approximates
+    int_{alpha_min}^{alpha_max} e^alpha f(alpha) d alpha. Raises ValueError for n < 2 or
+    alpha_max <= alpha_min.
+    """
+    if int(n) < 2:
+        raise ValueError(f"n = {n!r} must be >= 2")
+    if not (np.isfinite(alpha_min) and np.isfinite(alpha_max) and alpha_max > alpha_min):
+        raise ValueError(f"need finite alpha_min < alpha_max; got {alpha_min!r}, {alpha_max!r}")
+    alpha = np.linspace(alpha_min, alpha_max, int(n))
+    w = np.full(int(n), (alpha_max - alpha_min) / (int(n) - 1))
+    w[0] *= 0.5
+    w[-1] *= 0.5
+    return alpha, w * np.exp(alpha)
+
+
+def suggest_logistic(x_NxD, spacing: float, clip_margin_low: float = 10.0,
+                     clip_margin_high: float = 6.0):
+    """Data-driven (loc, scale, clip) for the truncated-logistic log-SNR proposal.
+
+    Recipe (ours; spec §3.1 describes ITDiff's covariance-eigenvalue recipe, §3.4 where the
+    Poisson integrand lives). Per coordinate the PRL integrand e^alpha mprl(e^alpha) behaves like
+    (i) gamma E l(X, EX) ~ gamma Var(X) / (2 E X) at low SNR, (ii) ~1/2 nat per e-fold once the
+    channel noise variance x/gamma is below the prior variance (alpha >= a_lo = log(EX / Var X)),
+    (iii) a fast (exp(-gamma Delta^2 / (8 x))) decay once the lattice spacing Delta is resolved
+    (alpha >= a_hi = log(EX / Delta^2) + 2). So the target is roughly flat on [a_lo, a_hi] with
+    an e^alpha left tail. We centre the logistic at loc = (a_lo + a_hi) / 2 with
+    scale = max(1, (a_hi - a_lo) / 4) (q at the plateau ends >= ~40 % of its peak; scale >= 1
+    keeps e^alpha / q bounded in the left tail), and clip so the support covers
+    [a_lo - clip_margin_low, a_hi + clip_margin_high]. a_lo / a_hi are medians over coordinates
+    (Var over examples; coordinates with zero variance are skipped).
+
+    For 256-level data on [1, 2] (discretised N(128, 50^2), spec §3.4) this gives loc 8.6,
+    scale 2.4, clip 6.1 (alpha in [-6.3, 23.5], plateau 3.7..13.5), instead of ItDPDM's fixed
+    (-1, 5, 4) centred below the median 9. Measured with the exact oracle (4000 draws, x = 10,
+    128, 200 counts): per-draw standard deviation 11-12 nats vs 21-25 nats for (-1, 5, 4), i.e.
+    ~4x fewer forward passes for the same standard error; both unbiased.
+
+    Args:
+      x_NxD: float [N, D] (or [N]) scaled training data (N >= 2).
+      spacing: lattice spacing Delta of the scaled data (CountScaling.spacing), > 0.
+    Returns: (loc, scale, clip) Python floats.
+    Raises: ValueError for fewer than 2 examples, non-finite/negative data, spacing <= 0, or
+      data with zero variance in every coordinate.
+    """
+    x = _validate_data(x_NxD)
+    if x.ndim == 1:
+        x = x[:, None]
+    if x.shape[0] < 2:
+        raise ValueError(f"need >= 2 examples; got {x.shape[0]}")
+    if not (np.isfinite(spacing) and spacing > 0):
+        raise ValueError(f"spacing = {spacing!r} must be > 0")
+    mean = x.mean(0)
+    var = x.var(0)
+    ok = (var > 0) & (mean > 0)
+    if not ok.any():
+        raise ValueError("every coordinate has zero variance (or zero mean): nothing to fit")
+    a_lo = float(np.median(np.log(mean[ok] / var[ok])))
+    a_hi = float(np.median(np.log(mean[ok] / spacing**2))) + 2.0
+    a_hi = max(a_hi, a_lo + 1.0)
+    loc = 0.5 * (a_lo + a_hi)
+    scale = max(1.0, (a_hi - a_lo) / 4.0)
+    clip = max((loc - (a_lo - clip_margin_low)) / scale, (a_hi + clip_margin_high - loc) / scale)
+    return loc, scale, clip
+
+
+def suggest_alpha_guard(scaling: CountScaling, z_score: float = 5.5) -> float:
+    """alpha above which lattice rounding of z / gamma is almost always right, for
+    high_snr_guard='round': the rounding error needs |z/gamma - x| > spacing / 2, a
+    (spacing / 2) sqrt(gamma / x) standard-deviation event, so we take
+    gamma = (2 z_score / spacing)^2 x_max (z_score 5.5: ~4e-8 per coordinate; = log(121 x_max /
+    spacing^2)). For 256 levels on [1, 2] this is 16.57. Returns a Python float."""
+    return math.log((2.0 * z_score / scaling.spacing) ** 2 * scaling.high)
+
+
+# ----------------------------------------------------------------------------------------
+# Training loss
+# ----------------------------------------------------------------------------------------
+def diffusion_loss(denoiser: Callable, key, x_BxD, loc: float = -1.0, scale: float = 5.0,
+                   clip: float = 4.0, weighting: str = "likelihood"):
+    """Per-example Monte Carlo PRL diffusion loss (nats per example), one alpha per example.
+
+        loss_b = w(alpha_b) sum_d l(x_bd, denoiser(z_b, alpha_b)_d),
+        alpha_b ~ truncated logistic(loc, scale, clip), z_b ~ Pois(e^alpha_b x_b).
+
+    weighting="likelihood": w = e^alpha / q(alpha); E[loss_b] = int_{trunc. range} e^alpha
+      E_z sum_d l dalpha, the NLL bound's diffusion term (spec §3.2, with the gamma factor).
+    weighting="paper": w = 1 / q(alpha), ItDPDM Algorithm 1 as printed (drops gamma; same
+      per-gamma minimiser, NOT a likelihood; spec §3.2 flag).
+
+    Args:
+      denoiser: (z_BxD float32 counts, alpha_B float32) -> xhat_BxD float32 > 0 (module docstring).
+        Differentiable w.r.t. its parameters when it is a closure over them.
+      key: PRNG key. x_BxD: float [B, D] scaled data >= 0 (validate beforehand; jit-able).
+    Returns: float32 [B].
+    Raises: ValueError for an unknown weighting or bad scale/clip.
+    Source: arXiv 2505.05082 Alg. 1 / Eq. (19); spec §3.2-3.3.
+    """
+    if weighting not in ("likelihood", "paper"):
+        raise ValueError(f"unknown weighting {weighting!r}; choose 'likelihood' or 'paper'")
+    x_BxD = jnp.asarray(x_BxD, jnp.float32)
+    B = x_BxD.shape[0]
+    ka, kz = jax.random.split(key)
+    alpha, w = truncated_logistic(ka, (B,), loc, scale, clip)
+    if weighting == "paper":
+        w = w * jnp.exp(-alpha)
+    z = _poisson_counts(kz, jnp.exp(alpha)[:, None] * x_BxD)
+    xhat = denoiser(z, alpha)
+    return w * prl(x_BxD, xhat).sum(-1)
+
+
+prl_loss = diffusion_loss  # alias (the issue's name for the per-example PRL training loss)
+
+
+# ----------------------------------------------------------------------------------------
+# Exact tail integrals
+# ----------------------------------------------------------------------------------------
+def _rounding_expected_loss(x_U, gamma, scaling: CountScaling):
+    """E_{z ~ Pois(gamma x)} l(x, L_j(z)) for the lattice-rounding denoiser
+    L_j(z) = lattice point nearest z / gamma (ties up, clipped to [low, high]).
+    x_U: float64 [U] unique values. Returns float64 [U] (exact up to 1e-300 tails)."""
+    K, lo, d = scaling.max_count, scaling.low, scaling.spacing
+    lat = scaling.lattice()
+    out = np.zeros_like(x_U)
+    for u, x in enumerate(x_U):
+        if x == 0:
+            # z = 0 surely; z / gamma = 0 -> nearest lattice point to 0.
+            out[u] = prl_np(0.0, lat[int(np.clip(np.floor(-lo / d + 0.5), 0, K))])
+            continue
+        sd = math.sqrt(x / gamma)
+        c = (x - lo) / d
+        m = int(math.ceil(14 * sd / d)) + 2
+        j = np.arange(max(0, int(math.floor(c)) - m), min(K, int(math.ceil(c)) + m) + 1)
+        # P(J >= j) = P(z >= gamma (lo + (j - 1/2) d)) for j >= 1; = 1 for j = 0.
+        thr = np.ceil(gamma * (lo + (np.concatenate([j, [j[-1] + 1]]) - 0.5) * d))
+        sf = scipy.stats.poisson.sf(thr - 1, gamma * x)  # P(z >= thr)
+        sf = np.where(np.concatenate([j, [j[-1] + 1]]) <= 0, 1.0, sf)
+        sf[-1] = 0.0 if j[-1] == K else sf[-1]
+        pj = np.clip(sf[:-1] - sf[1:], 0.0, 1.0)
+        keep = pj > 0  # l(x > 0, 0) = inf at probability 0
+        out[u] = float(np.sum(pj[keep] * prl_np(x, lat[j][keep])))
+    return out
+
+
+def rounding_loss_integral(x_BxD, alpha_start: float, scaling: CountScaling,
+                           alpha_span: float = 40.0, num_points: int = 801) -> np.ndarray:
+    """int_{alpha_start}^{inf} e^alpha E_{z|x} sum_d l(x_d, round_lattice(z_d / e^alpha)) dalpha.
+
+    The exact contribution of the lattice-rounding denoiser above alpha_start (the recon tail /
+    high-SNR guard of `poisson_nll`). The expectation over z is exact (Poisson cdf); the alpha
+    integral is a trapezoid rule on [alpha_start, alpha_start + alpha_span] (the integrand decays
+    like exp(-gamma Delta^2 / (8 x)), so beyond the span it is < 1e-300 for any sensible
+    lattice; a RuntimeError is raised if the integrand at the upper end is not negligible).
+
+    Args: x_BxD: float [B, D] scaled data >= 0 (on or off the lattice). Returns float64 [B] nats.
+    """
+    x = _validate_data(x_BxD)
+    if x.ndim != 2:
+        raise ValueError(f"x must be [B, D]; got shape {x.shape}")
+    uniq, inv = np.unique(x, return_inverse=True)
+    alphas = np.linspace(alpha_start, alpha_start + alpha_span, num_points)
+    f = np.stack([np.exp(a) * _rounding_expected_loss(uniq, math.exp(a), scaling) for a in alphas])
+    if np.any(f[-1] > 1e-12):
+        raise RuntimeError("rounding-denoiser integrand has not decayed by alpha_start + alpha_span; "
+                           "increase alpha_span")
+    per_value = np.trapezoid(f, alphas, axis=0)  # [U]
+    return per_value[inv.reshape(x.shape)].sum(-1)
+
+
+# ----------------------------------------------------------------------------------------
+# NLL estimator
+# ----------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class _NoParams:
+    denoiser: Any
+
+    def __call__(self, params, z, alpha):
+        del params
+        return self.denoiser(z, alpha)
+
+
+def _split_denoiser(denoiser):
+    if hasattr(denoiser, "apply_params") and hasattr(denoiser, "params"):
+        return denoiser.apply_params, denoiser.params
+    return _NoParams(denoiser), None
+
+
+def _values_impl(apply_fn, params, key, x_RxD, alpha_R, w_R, alpha_top):
+    z = _poisson_counts(key, jnp.exp(alpha_R)[:, None] * x_RxD)
+    xhat = apply_fn(params, z, alpha_R)
+    v = w_R * prl(x_RxD, xhat).sum(-1)
+    return jnp.where(alpha_R < alpha_top, v, 0.0)
+
+
+_values = jax.jit(_values_impl, static_argnames=("apply_fn",))
+
+
+@dataclasses.dataclass
+class PoissonNLL:
+    """Result of `poisson_nll`, per example.
+
+    The three terms are the PRL integral of ONE well-defined "combined" denoiser
+        xhat_c(z, gamma) = c                          gamma <  gamma_lo    (c = denoiser(0, alpha_lo))
+                         = denoiser(z, log gamma)     gamma_lo <= gamma < gamma_top
+                         = lattice-round(z / gamma)   gamma >= gamma_top   (if a lattice is given)
+    so total = int_0^inf E_z sum_d l(x_d, xhat_c) dgamma, which is >= H(X) in expectation over
+    the data (spec §2.6, Eq. 18) and equals -log Q(x) if the denoiser is Q's posterior mean up
+    to the two tail replacements (O(gamma_lo) and O(exp(-c gamma_top))).
+
+    samples: float64 [B, S] one-sample estimates of the diffusion term (nats per example).
+    prior_tail: float64 [B] = gamma_lo sum_d l(x_d, c_d), EXACT for the combined denoiser (no
+      MC error).
+    recon_tail: float64 [B] = exact (quadrature) rounding-denoiser integral above alpha_top;
+      0 when no lattice was given (then `recon_tail_included` is False and total omits it).
+    dim: D; forward_passes: denoiser evaluations per example; alpha_lo, alpha_top: the range.
+    stderr: MC standard error of the per-example mean (std over draws, ddof=1, / sqrt(S)); for
+      'qmc' and 'grid' this iid formula is conservative (stratification has lower variance) and
+      does not measure the grid's deterministic quadrature error.
+    """
+
+    sampler: str
+    samples: np.ndarray
+    prior_tail: np.ndarray
+    recon_tail: np.ndarray
+    dim: int
+    forward_passes: int
+    alpha_lo: float
+    alpha_top: float
+    recon_tail_included: bool
+
+    @property
+    def num_samples(self) -> int:
+        return self.samples.shape[1]
+
+    @property
+    def diffusion(self) -> np.ndarray:
+        """float64 [B] MC mean of the diffusion term (nats per example)."""
+        return self.samples.mean(axis=1)
+
+    mean = diffusion
+
+    @property
+    def stderr(self) -> np.ndarray:
+        """float64 [B] MC standard error of `diffusion` and of `nll` (tails are exact)."""
+        if self.num_samples < 2:
+            return np.full(self.samples.shape[0], np.nan)
+        return self.samples.std(axis=1, ddof=1) / math.sqrt(self.num_samples)
+
+    @property
+    def nll(self) -> np.ndarray:
+        """float64 [B] total nats per example = prior_tail + diffusion + recon_tail."""
+        return self.prior_tail + self.diffusion + self.recon_tail
+
+    total = nll
+
+    @property
+    def bits_per_dim(self) -> np.ndarray:
+        """float64 [B] nll / (D ln 2)."""
+        return self.nll / (self.dim * math.log(2.0))
+
+    @property
+    def bits_per_dim_stderr(self) -> np.ndarray:
+        return self.stderr / (self.dim * math.log(2.0))
+
+    def terms(self) -> dict:
+        """{'diffusion', 'prior_tail', 'recon_tail', 'total'}: float64 [B] nats per example."""
+        return {"diffusion": self.diffusion, "prior_tail": self.prior_tail,
+                "recon_tail": self.recon_tail, "total": self.nll}
+
+    def dataset_mean(self) -> dict:
+        """Mean over the B examples of each term (nats per example), bits/dim, and standard errors:
+        'stderr_examples' = std over examples of the per-example totals (ddof=1) / sqrt(B) (data
+        sampling + MC noise; the error bar of a test-set mean), 'stderr_mc' = MC-only error
+        sqrt(sum stderr_b^2) / B (conditional on these examples)."""
+        B = self.samples.shape[0]
+        tot = self.nll
+        out = {k: float(v.mean()) for k, v in self.terms().items()}
+        out["bits_per_dim"] = out["total"] / (self.dim * math.log(2.0))
+        out["stderr_examples"] = float(tot.std(ddof=1) / math.sqrt(B)) if B > 1 else float("nan")
+        out["stderr_mc"] = float(np.sqrt(np.sum(self.stderr**2)) / B)
+        out["num_examples"] = B
+        out["num_samples"] = self.num_samples
+        out["forward_passes"] = self.forward_passes
+        return out
+
+    def to_estimate(self):
+        """As an `infodiff.likelihood.Estimate` (samples = diffusion samples + exact tails, so its
+        mean is `nll` and its stderr is `stderr`)."""
+        from infodiff.likelihood import Estimate  # local: keeps this module import-light
+
+        tails = (self.prior_tail + self.recon_tail)[:, None]
+        return Estimate(estimator=f"poisson_{self.sampler}", samples=self.samples + tails,
+                        forward_passes=self.forward_passes)
+
+    def summary(self) -> dict:
+        return {"sampler": self.sampler, "diffusion": self.diffusion.tolist(),
+                "prior_tail": self.prior_tail.tolist(), "recon_tail": self.recon_tail.tolist(),
+                "total": self.nll.tolist(), "stderr": self.stderr.tolist(),
+                "bits_per_dim": self.bits_per_dim.tolist(), "num_samples": self.num_samples,
+                "forward_passes": self.forward_passes, "alpha_lo": self.alpha_lo,
+                "alpha_top": self.alpha_top, "recon_tail_included": self.recon_tail_included}
+
+
+def poisson_nll(denoiser: Callable, x_BxD, key, num_samples: int = 100, sampler: str = "logistic",
+                loc: float = -1.0, scale: float = 5.0, clip: float = 4.0,
+                alpha_min: float = -28.0, alpha_max: float = 37.0, batch_size: int = 1024,
+                high_snr_guard: str | None = None, alpha_guard: float | None = None,
+                scaling: CountScaling | None = None, qmc_random_offset: bool = True) -> PoissonNLL:
+    """Estimate -log P(x) per example (nats) with the Poisson-diffusion likelihood identity.
+
+        -log P(x) = int e^alpha E_{z ~ Pois(e^alpha x)} sum_d l(x_d, xhat(z, alpha)_d) dalpha
+    (arXiv 2505.05082 Eq. 17/19; spec §2.3, §3.2). The diffusion term is estimated by
+      'logistic': S iid draws alpha ~ truncated logistic(loc, scale, clip), weight e^alpha/q;
+      'qmc':      S stratified truncated-logistic points (random common offset per call if
+                  qmc_random_offset, else midpoints), same weights;
+      'grid':     S-point uniform grid on [alpha_min, alpha_max], trapezoid weights x e^alpha;
+                  sample s = S w_s f(alpha_s) so that the mean is the trapezoid sum.
+    with one fresh z per (example, alpha). Tails (`PoissonNLL` docstring): prior_tail below
+    alpha_lo is exact for the constant denoiser c = denoiser(0, alpha_lo); recon_tail above
+    alpha_top is the exact integral of the lattice-rounding denoiser (needs `scaling`).
+
+    High-SNR guard (spec §3.4): high_snr_guard="round" replaces the denoiser by lattice rounding
+    x̂ = round_lattice(z / gamma) for alpha >= alpha_guard. Valid because the combined map is
+    still a denoiser (a function of (z, gamma) only), so Eq. 18 still bounds the entropy; its
+    contribution above alpha_guard is computed exactly, so MC draws there are zeroed (no MC
+    noise from huge weights). We chose the fixed-threshold switch over the spec's per-level
+    "min over the dataset" because the latter selects the denoiser using the test data.
+
+    Args:
+      denoiser: (z_BxD float32 counts, alpha_B float32) -> xhat_BxD float32 > 0, or an object with
+        apply_params(params, z, alpha) and params.
+      x_BxD: float [B, D] scaled data >= 0 (e.g. CountScaling.scale(counts)); validated.
+      key: PRNG key (the result is a pure function of key, x, the arguments and batch_size).
+      num_samples: S >= 2 alpha values per example (one forward pass each).
+      loc, scale, clip: truncated-logistic proposal (default ItDPDM's -1, 5, 4).
+      alpha_min, alpha_max: grid range (sampler='grid'; default ItDPDM's [-28, 37]).
+      batch_size: rows per denoiser call.
+      high_snr_guard: None or 'round'. alpha_guard: switch point (required for 'round').
+      scaling: CountScaling whose lattice the data lie on (rounding tail / guard). Without it
+        recon_tail = 0 and is flagged as not included.
+    Returns: PoissonNLL (float64 host arrays).
+    Raises: ValueError for bad data, unknown sampler / guard, num_samples < 2, batch_size < 1,
+      guard without scaling or alpha_guard; FloatingPointError if the denoiser produced a
+      non-finite loss (e.g. xhat <= 0 where x > 0).
+    """
+    if sampler not in SAMPLERS:
+        raise ValueError(f"unknown sampler {sampler!r}; choose from {SAMPLERS}")
+    if high_snr_guard not in (None, "round"):
+        raise ValueError(f"unknown high_snr_guard {high_snr_guard!r}; choose None or 'round'")
+    if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 2:
+        raise ValueError(f"num_samples = {num_samples!r} must be an integer >= 2")
+    if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
+        raise ValueError(f"batch_size = {batch_size!r} must be an integer >= 1")
+    x = _validate_data(x_BxD)
+    if x.ndim != 2:
+        raise ValueError(f"x must be [B, D]; got shape {x.shape}")
+    B, D = x.shape
+    S = int(num_samples)
+    ka, kz, ko = jax.random.split(key, 3)
+
+    if sampler == "logistic":
+        _check_logistic(scale, clip)
+        alpha, w = truncated_logistic(ka, (B, S), loc, scale, clip)
+        alpha, w = np.asarray(alpha, np.float64), np.asarray(w, np.float64)
+        a_lo, a_hi = loc - clip * scale, loc + clip * scale
+    elif sampler == "qmc":
+        off = float(jax.random.uniform(ko, ())) if qmc_random_offset else 0.5
+        a1, w1 = truncated_logistic_qmc(S, loc, scale, clip, offset=off)
+        alpha, w = np.broadcast_to(a1, (B, S)), np.broadcast_to(w1, (B, S))
+        a_lo, a_hi = loc - clip * scale, loc + clip * scale
+    else:
+        a1, w1 = log_snr_grid(alpha_min, alpha_max, S)
+        alpha, w = np.broadcast_to(a1, (B, S)), np.broadcast_to(w1 * S, (B, S))
+        a_lo, a_hi = alpha_min, alpha_max
+
+    if high_snr_guard == "round":
+        if scaling is None or alpha_guard is None:
+            raise ValueError("high_snr_guard='round' needs scaling (the lattice) and alpha_guard")
+        a_top = min(a_hi, float(alpha_guard))
+    else:
+        a_top = a_hi
+
+    apply_fn, params = _split_denoiser(denoiser)
+    R = B * S
+    rows_b = np.repeat(np.arange(B), S)
+    alpha_f = alpha.reshape(R).astype(np.float32)
+    w_f = w.reshape(R).astype(np.float32)
+    out = np.zeros(R, np.float64)
+    chunk = min(int(batch_size), R)
+    for i, r0 in enumerate(range(0, R, chunk)):
+        idx = np.arange(r0, r0 + chunk) % R
+        v = _values(apply_fn, params, jax.random.fold_in(kz, i), jnp.asarray(x[rows_b[idx]], jnp.float32),
+                    jnp.asarray(alpha_f[idx]), jnp.asarray(w_f[idx]), jnp.float32(a_top))
+        n = min(chunk, R - r0)
+        out[r0:r0 + n] = np.asarray(v, np.float64)[:n]
+    samples = out.reshape(B, S)
+    if not np.all(np.isfinite(samples)):
+        b, s = np.argwhere(~np.isfinite(samples))[0]
+        raise FloatingPointError(
+            f"non-finite loss {samples[b, s]} for example {b} at alpha = {alpha[b, s]:.3f}: the "
+            "denoiser returned xhat <= 0 (or NaN) where x > 0")
+
+    # Prior tail: constant denoiser c = denoiser(z = 0, alpha_lo) below alpha_lo (exact).
+    c = apply_fn(params, jnp.zeros((1, D), jnp.float32), jnp.full((1,), a_lo, jnp.float32))
+    c = np.asarray(c, np.float64)[0]
+    prior = math.exp(a_lo) * prl_np(x, c[None, :]).sum(-1)
+    if not np.all(np.isfinite(prior)):
+        raise FloatingPointError("non-finite prior tail: denoiser(0, alpha_lo) <= 0 where x > 0")
+
+    if scaling is not None:
+        recon = rounding_loss_integral(x, a_top, scaling)
+        included = True
+    else:
+        recon = np.zeros(B)
+        included = False
+    return PoissonNLL(sampler=sampler, samples=samples, prior_tail=prior, recon_tail=recon, dim=D,
+                      forward_passes=S, alpha_lo=float(a_lo), alpha_top=float(a_top),
+                      recon_tail_included=included)
+
+
+# ----------------------------------------------------------------------------------------
+# Samplers
+# ----------------------------------------------------------------------------------------
+def log_spaced_gammas(gamma_min: float, gamma_max: float, num_steps: int) -> np.ndarray:
+    """Increasing SNR grid, geometric from gamma_min to gamma_max: float64 [num_steps].
+    Raises ValueError unless 0 < gamma_min < gamma_max (finite) and num_steps >= 2."""
+    check_gamma(np.array([gamma_min, gamma_max]), "gamma_min/max")
+    if not gamma_max > gamma_min:
+        raise ValueError(f"gamma_max = {gamma_max} must be > gamma_min = {gamma_min}")
+    if int(num_steps) < 2:
+        raise ValueError(f"num_steps = {num_steps!r} must be >= 2")
+    return np.geomspace(gamma_min, gamma_max, int(num_steps))
+
+
+DECISIONS = ("round", "ml", "denoiser")
+
+
+def lattice_decision(z_NxD, gamma: float, scaling: CountScaling, decision: str = "round",
+                     xhat_NxD=None):
+    """Map final counts z at SNR gamma to lattice counts {0..K}: int32 jax [N, D].
+
+    'round': nearest lattice point to z / gamma (spec §4.4 "round(z / gamma_max)").
+    'ml': lattice maximum likelihood argmax_j Pois(z; gamma L_j) (= MAP under a flat prior on
+      the lattice; for the Poisson the boundary between L_j, L_j+1 is their logarithmic mean).
+    'denoiser': nearest lattice point to the denoiser output xhat_NxD (the paper's x̂_0).
+    """
+    if decision == "round":
+        return scaling.to_lattice(jnp.asarray(z_NxD, jnp.float32) / gamma)
+    if decision == "ml":
+        lat = jnp.asarray(scaling.lattice(), jnp.float32)
+        ll = poisson_loglik(z_NxD[..., None], gamma * lat)  # [N, D, K+1]
+        return jnp.argmax(ll, axis=-1).astype(jnp.int32)
+    if decision == "denoiser":
+        return scaling.to_lattice(jnp.asarray(xhat_NxD, jnp.float32))
+    raise ValueError(f"unknown decision {decision!r}; choose from {DECISIONS}")
+
+
+def _check_sampler_args(num_samples, dim, gammas, decision):
+    if int(num_samples) < 1 or int(dim) < 1:
+        raise ValueError(f"num_samples = {num_samples!r} and dim = {dim!r} must be >= 1")
+    g = check_gamma(gammas, "gammas")
+    if g.ndim != 1 or g.size < 2 or np.any(np.diff(g) <= 0):
+        raise ValueError("gammas must be a strictly increasing 1-D array of >= 2 SNRs")
+    if decision not in DECISIONS:
+        raise ValueError(f"unknown decision {decision!r}; choose from {DECISIONS}")
+    return g
+
+
+def _increment_impl(apply_fn, scaling, decision, N, D, params, key, g32, dg):
+    denoiser = functools.partial(apply_fn, params)
+    a32 = jnp.log(g32)
+    k0, kl = jax.random.split(key)
+    z0 = jnp.zeros((N, D), jnp.float32)
+    r0 = jnp.maximum(denoiser(z0, jnp.full((N,), a32[0])), 0.0)
+    z = _poisson_counts(k0, g32[0] * r0)
+
+    def step(z, inp):
+        k, a, d = inp
+        xh = jnp.maximum(denoiser(z, jnp.full((N,), a)), 0.0)
+        return z + _poisson_counts(k, d * xh), None
+
+    keys = jax.random.split(kl, g32.shape[0] - 1)
+    z, _ = jax.lax.scan(step, z, (keys, a32[:-1], dg))
+    xh = denoiser(z, jnp.full((N,), a32[-1])) if decision == "denoiser" else None
+    return lattice_decision(z, g32[-1], scaling, decision, xh)
+
+
+def _paper_impl(apply_fn, scaling, decision, N, D, params, key, g32):
+    denoiser = functools.partial(apply_fn, params)
+    a32 = jnp.log(g32)
+
+    def step(z, inp):
+        k, a, g_next = inp
+        xh = jnp.maximum(denoiser(z, jnp.full((N,), a)), 0.0)
+        return _poisson_counts(k, g_next * xh), None
+
+    keys = jax.random.split(key, g32.shape[0] - 1)
+    z, _ = jax.lax.scan(step, jnp.zeros((N, D), jnp.float32), (keys, a32[:-1], g32[1:]))
+    xh = denoiser(z, jnp.full((N,), a32[-1])) if decision == "denoiser" else None
+    return lattice_decision(z, g32[-1], scaling, decision, xh)
+
+
+_STATIC = ("apply_fn", "scaling", "decision", "N", "D")
+_increment_run = jax.jit(_increment_impl, static_argnames=_STATIC)
+_paper_run = jax.jit(_paper_impl, static_argnames=_STATIC)
+
+
+def increment_sampler(denoiser: Callable, key, num_samples: int, dim: int, gammas,
+                      scaling: CountScaling, decision: str = "round") -> np.ndarray:
+    """Pure-birth increment sampler (DEFAULT; spec §4.4, exact as the step count grows).
+
+    z at gamma_1 ~ Pois(gamma_1 xhat(0, gamma_1)) (first birth step from gamma = 0, using the
+    denoiser at gamma_1 as its rate), then for t = 1..T-1
+        z_{t+1} = z_t + Pois((gamma_{t+1} - gamma_t) xhat(z_t, log gamma_t)),
+    and a lattice decision at gamma_T (`lattice_decision`). With the exact posterior mean the
+    only error is the Euler discretisation of the birth intensity, which vanishes as T grows.
+
+    Args: denoiser (module contract; a static jit argument, compiled once per (denoiser, N, D,
+      decision, scaling, T); an object with apply_params / params has its params passed as a
+      jit argument instead), key, num_samples N, dim D, gammas:
+      increasing float [T] (e.g. log_spaced_gammas), scaling: lattice of the data,
+      decision: 'round' | 'ml' | 'denoiser'.
+    Returns: int64 numpy [N, D] counts in {0..K}.
+    Raises: ValueError for bad gammas / sizes / decision.
+    """
+    g = _check_sampler_args(num_samples, dim, gammas, decision)
+    apply_fn, params = _split_denoiser(denoiser)
+    out = _increment_run(apply_fn, scaling, decision, int(num_samples), int(dim), params, key,
+                         jnp.asarray(g, jnp.float32), jnp.asarray(np.diff(g), jnp.float32))
+    return np.asarray(out, np.int64)
+
+
+def paper_sampler(denoiser: Callable, key, num_samples: int, dim: int, gammas,
+                  scaling: CountScaling, decision: str = "round") -> np.ndarray:
+    """ItDPDM Algorithm 2, paper-literal ("fresh draw"; arXiv 2505.05082 Alg. 2, spec §4.3).
+
+    z at gamma_1 = 0; for t = 1..T-1: xhat_0 = denoiser(z_t, log gamma_t), then
+    z_{t+1} ~ Pois(gamma_{t+1} xhat_0) drawn FRESH (not accumulated); lattice decision at
+    gamma_T. Biased even with the exact denoiser (spec §4.4 table); kept for comparison.
+
+    Args/Returns/Raises: as `increment_sampler`.
+    """
+    g = _check_sampler_args(num_samples, dim, gammas, decision)
+    apply_fn, params = _split_denoiser(denoiser)
+    out = _paper_run(apply_fn, scaling, decision, int(num_samples), int(dim), params, key,
+                     jnp.asarray(g, jnp.float32))
+    return np.asarray(out, np.int64)
+
+
+def total_variation(samples_N, probs_K) -> float:
+    """TV distance 0.5 sum_k |p_hat_k - p_k| between the empirical law of integer samples in
+    {0..K-1} (1-D, or rows of a [N, D] array mapped by `rows_index`) and probs_K. float64."""
+    s = np.asarray(samples_N).reshape(-1)
+    p = np.asarray(probs_K, np.float64)
+    if s.min(initial=0) < 0:
+        raise ValueError("samples must be >= 0")
+    counts = np.bincount(s, minlength=p.size).astype(np.float64)
+    if counts.size > p.size:
+        extra = counts[p.size:].sum()
+        counts = counts[: p.size]
+    else:
+        extra = 0.0
+    n = s.size
+    return 0.5 * (np.abs(counts / n - p).sum() + extra / n)
