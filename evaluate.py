@@ -4,6 +4,10 @@
   python evaluate.py --workdir runs/masked_text --config.eval.estimator=k_dce --config.eval.num_samples=8
   python evaluate.py --config configs/oracle_tabular.py --config.data.path=FILE.json
   python evaluate.py --config configs/oracle_markov.py
+  python evaluate.py --workdir runs/sedd_absorb                       # SEDD: the I-MDSE likelihood
+  python evaluate.py --config configs/oracle_sedd_tabular.py          # SEDD with exact scores
+  python evaluate.py --workdir runs/pois_digits                       # Poisson: nats / example, bits / dim
+  python evaluate.py --config configs/oracle_poisson.py --config.data.distribution=zipf
 
 Writes report.json (schema in README.md) and report.txt into the workdir (or
 config.eval.output_dir in oracle mode) and prints the table.

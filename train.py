@@ -1,7 +1,12 @@
-"""Train a masked-diffusion denoiser (entry point for :func:`infodiff.training.train_and_evaluate`).
+"""Train a diffusion model: masked, score-entropy (SEDD) or Poisson, chosen by config.process.name.
 
     python train.py --config configs/masked_text.py --workdir runs/masked_text
     python train.py --config configs/masked_text.py --workdir runs/x --config.optim.lr=1e-3
+    python train.py --config configs/sedd_absorb_text.py --workdir runs/sedd_absorb   # or sedd_uniform_text.py
+    python train.py --config configs/poisson_digits.py --workdir runs/pois_digits     # count data
+
+'masked' and 'sedd' go to :func:`infodiff.training.train_and_evaluate`, 'poisson' to
+:func:`infodiff.poisson_training.train_and_evaluate`.
 
 The config is locked: overriding a key that does not exist (a typo) is an error. Rerunning with
 the same --workdir resumes from its latest checkpoint (only train.num_steps and the log / eval /

@@ -445,7 +445,7 @@ def _absorb_prior(apply_fn, params, vocab_size, lam_max, x_BxL, target_BxL):
 
 
 def imdse_nll(score_model, x_BxL, key, *, graph: str, lam_max: float, num_samples: int = 128,
-              lambda_sampling: str = "importance", batch_size: int = 1024, target_BxL=None,
+              lambda_sampling: str | None = None, batch_size: int = 1024, target_BxL=None,
               vocab_size: int | None = None, progress: bool = False) -> ScoreEntropyEstimate:
     """I-MDSE estimate of -log p(x) (or -log p(x[target] | x[rest])) per sequence, in nats.
 
@@ -455,8 +455,9 @@ def imdse_nll(score_model, x_BxL, key, *, graph: str, lam_max: float, num_sample
     Each Monte Carlo sample draws lam ~ q (``lambda_sampling``: 'importance' lam = lam_max u^2,
     or 'defensive', a 0.9 / 0.1 mixture of uniform and 'importance', both with finite variance;
     'uniform' lam = lam_max u, the t-DSE of a loglinear schedule, whose variance diverges
-    logarithmically and is flagged; see :func:`score_entropy.sample_lambda`) and one noised z,
-    and evaluates the model once.
+    logarithmically and is flagged; see :func:`score_entropy.sample_lambda`; default
+    'defensive' for absorb, 'importance' for uniform, the lowest measured variance, RESULTS.md)
+    and one noised z, and evaluates the model once.
 
     Prior term (exact, reported separately as ``Estimate.prior``):
       uniform: KL(p_{lam_max|0} || uniform), closed form (0 at lam_max = 1);
@@ -481,13 +482,16 @@ def imdse_nll(score_model, x_BxL, key, *, graph: str, lam_max: float, num_sample
         clean prompt). Only for 'absorb' (a uniform-graph score of the jointly noised sequence
         does not give conditional scores).
     Returns: ScoreEntropyEstimate (samples [B, S] of the diffusion term, prior [B]).
-    Raises: ValueError for bad tokens, an unknown graph/sampling, lam_max outside (0, 1],
-      num_samples < 2; NotImplementedError for a uniform-graph conditional; FloatingPointError
+    Raises: ValueError for bad tokens, an unknown graph/sampling, a score model declaring
+      another graph (``.graph``), lam_max outside (0, 1], num_samples < 2; NotImplementedError for a uniform-graph conditional; FloatingPointError
       if the score model produces a non-finite value.
     """
     from infodiff.processes import score_entropy as se
 
     se.check_graph(graph)
+    se._check_model_graph(score_model, graph)
+    if lambda_sampling is None:
+        lambda_sampling = se.DEFAULT_LAMBDA_SAMPLING[graph]
     if lambda_sampling not in se.LAMBDA_SAMPLING:
         raise ValueError(f"unknown lambda_sampling {lambda_sampling!r}; choose from {se.LAMBDA_SAMPLING}")
     if not 0.0 < float(lam_max) <= 1.0:

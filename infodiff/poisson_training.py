@@ -264,7 +264,9 @@ def make_train_step(config, model, optimizer, scaling, prop, mesh):
 
     Loss: :func:`poisson.diffusion_loss` (nats per example) on ``scaling.scale(counts)``;
     differentiates ``mean / D``. Metrics: ``loss`` (nats / example), ``bpd``, ``grad_norm``,
-    ``lr``. EMA as :mod:`infodiff.training` (warm-started decay).
+    ``lr`` (with ``process.weighting='paper'`` the loss drops the gamma factor and ``loss`` /
+    ``bpd`` are not likelihoods; the validation metrics always use likelihood weighting).
+    EMA as :mod:`infodiff.training` (warm-started decay).
     """
     schedule = tr_lib.make_lr_schedule(config)
     ema_decay = float(config.optim.ema_decay)
@@ -458,9 +460,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, data=
                         raise FloatingPointError(f"non-finite training loss {avg['loss']} at step {step}; "
                                                  f"last checkpoint: {mngr.latest_step()}")
                     eta = (num_steps - step) / max(avg["steps_per_s"], 1e-9)
-                    _log(logging.info, "step %d/%d: loss %.4f nats/example, %.4f bits/dim, grad_norm %.3f, "
-                         "lr %.2e, %.1f steps/s, ETA %.0fs", step, num_steps, avg["loss"], avg["bpd"],
-                         avg["grad_norm"], avg["lr"], avg["steps_per_s"], eta)
+                    if str(config.process.weighting) == "likelihood":
+                        _log(logging.info, "step %d/%d: loss %.4f nats/example, %.4f bits/dim, grad_norm %.3f, "
+                             "lr %.2e, %.1f steps/s, ETA %.0fs", step, num_steps, avg["loss"], avg["bpd"],
+                             avg["grad_norm"], avg["lr"], avg["steps_per_s"], eta)
+                    else:  # ItDPDM Alg. 1 weighting (no gamma factor): not a likelihood
+                        _log(logging.info, "step %d/%d: loss %.4f (paper weighting: NOT nats; see valid), "
+                             "grad_norm %.3f, lr %.2e, %.1f steps/s, ETA %.0fs", step, num_steps, avg["loss"],
+                             avg["grad_norm"], avg["lr"], avg["steps_per_s"], eta)
                     tr_lib._append_jsonl(metrics_path, {"step": step, "split": "train", "metrics": avg,
                                                         "wall_time": time.time() - t_start, "time": time.time()})
                     pbar.set_postfix(bpd=f"{avg['bpd']:.4f}", refresh=False)
@@ -645,7 +652,8 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
     t0 = time.time()
     ev = config.eval
     saved = tr_lib.saved_config(workdir)
-    diff = tr_lib.config_differences(saved, json.loads(config.to_json_best_effort()))
+    diff = tr_lib.config_differences(saved, json.loads(config.to_json_best_effort()),
+                                     ignore_new_keys=True)
     if diff:
         raise tr_lib.ConfigMismatchError(
             f"the config differs from the one {workdir!r} was trained with in: {', '.join(diff)} "

@@ -266,6 +266,30 @@ def make_score_model(config: ml_collections.ConfigDict, model: Transformer, para
                       score_param=_score_param(config))
 
 
+def check_sedd_eval_config(config: ml_collections.ConfigDict) -> None:
+    """Validate a SEDD run's ``eval.*`` settings up front (train.py and evaluate.py), so that a
+    typo fails in seconds rather than after training or after the whole I-MDSE pass.
+
+    Raises ValueError naming the key and value: eval.estimator != 'imdse', an unknown
+    eval.lambda_sampling or eval.sampler, eval.num_samples < 2, eval.sample_steps < 1.
+    """
+    ev = config.eval
+    if ev.get("estimator", "imdse") != "imdse":
+        raise ValueError(f"config.eval.estimator={ev.estimator!r}: a score-entropy (sedd) model "
+                         "is evaluated with 'imdse'")
+    ls = ev.get("lambda_sampling", None)
+    if ls is not None and ls not in score_entropy.LAMBDA_SAMPLING:
+        raise ValueError(f"config.eval.lambda_sampling={ls!r}; choose from {score_entropy.LAMBDA_SAMPLING}")
+    if ev.get("sampler", "tweedie") not in ("euler", "tweedie"):
+        raise ValueError(f"config.eval.sampler={ev.sampler!r}; choose 'euler' or 'tweedie'")
+    if int(ev.get("num_samples", 2)) < 2:
+        raise ValueError(f"config.eval.num_samples={ev.num_samples} must be >= 2 to report a standard error")
+    if int(ev.get("num_generate", 0)) > 0 and int(ev.get("sample_steps", 1)) < 1:
+        raise ValueError(f"config.eval.sample_steps={ev.sample_steps} must be >= 1")
+    score_entropy.check_graph(config.process.graph)
+    _score_param(config)
+
+
 def _antithetic_uniform(key: jax.Array, n: int) -> jax.Array:
     u0 = jax.random.uniform(key, ())
     return jnp.mod(u0 + jnp.arange(n, dtype=jnp.float32) / n, 1.0)
@@ -654,12 +678,19 @@ def _config_json_dict(config: ml_collections.ConfigDict) -> dict:
     return json.loads(config.to_json_best_effort(sort_keys=True))
 
 
-def config_differences(saved: Mapping, new: Mapping) -> list[str]:
-    """Dotted keys whose values differ between two config dicts, excluding resumable keys."""
+def config_differences(saved: Mapping, new: Mapping, ignore_new_keys: bool = False) -> list[str]:
+    """Dotted keys whose values differ between two config dicts, excluding resumable keys.
+
+    ``ignore_new_keys=True`` (evaluation of an existing run) skips keys that ``saved`` does not
+    have at all: options added to the config files after the run was trained, which
+    configs/saved_run.py fills in from the current defaults. Resuming training stays strict.
+    """
     a, b = _flatten(saved), _flatten(new)
     diff = []
     for k in sorted(set(a) | set(b)):
         if k in RESUMABLE_KEYS or k.startswith(RESUMABLE_PREFIXES):
+            continue
+        if ignore_new_keys and k not in a:
             continue
         if a.get(k, "<missing>") != b.get(k, "<missing>"):
             diff.append(k)
@@ -712,6 +743,7 @@ def load_checkpoint(
 
     Raises:
       FileNotFoundError: no checkpoint (or not that step) in ``workdir``.
+      CheckpointError: the checkpoint's files cannot be read (names the step and older ones).
     """
     directory = os.path.join(os.path.abspath(workdir), _CKPT_DIR)
     if not os.path.isdir(directory):
@@ -726,15 +758,32 @@ def load_checkpoint(
                 f"(available: {sorted(steps)})"
             )
         step = max(steps) if step is None else int(step)
-        meta = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+        try:
+            meta = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+        except Exception as e:  # orbax / tensorstore raise plain Exception for corrupt data
+            raise CheckpointError(step, directory, steps, e) from e
         if config is None:
             config = ml_collections.ConfigDict(meta["config"])
         mesh = make_mesh() if mesh is None else mesh
         abstract = abstract_train_state(config, make_model(config), make_optimizer(config), mesh)
-        state = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract))).state
+        try:
+            state = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract))).state
+        except Exception as e:  # orbax / tensorstore raise plain Exception for corrupt data
+            raise CheckpointError(step, directory, steps, e) from e
     finally:
         mngr.close()
     return state, meta
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint exists but cannot be read (truncated or corrupted files)."""
+
+    def __init__(self, step, directory, steps, cause):
+        older = sorted(x for x in steps if x < step)
+        hint = (f"; older checkpoints: {older} (delete {os.path.join(directory, str(step))} to fall back "
+                f"to step {older[-1]})" if older else "")
+        super().__init__(f"checkpoint step {step} in {directory} cannot be read "
+                         f"({type(cause).__name__}: {cause}){hint}")
 
 
 class _StopFlag:
@@ -874,6 +923,8 @@ def train_and_evaluate(
         if int(tr[name]) < 1:
             raise ValueError(f"config.train.{name} must be >= 1; got {tr[name]}")
     end_step = num_steps if stop_at_step is None else min(num_steps, int(stop_at_step))
+    if is_sedd(config):
+        check_sedd_eval_config(config)
 
     mesh = make_mesh() if mesh is None else mesh
     check_batch_divisible(B, mesh)

@@ -278,6 +278,12 @@ def test_poisson_nll_errors():
         P.poisson_nll(oracle, -oracle.support, k)
     with pytest.raises(FloatingPointError, match="xhat"):
         P.poisson_nll(lambda z, a: jnp.zeros_like(z), oracle.support, k, num_samples=4)
+    # A grid too coarse to resolve the integrand would report ~0 nats with a tiny "SE".
+    with pytest.raises(ValueError, match="spacing"):
+        P.poisson_nll(oracle, oracle.support, k, num_samples=4, sampler="grid")
+    # Raw counts passed with a scaling (instead of scaling.scale(counts)) are refused.
+    with pytest.raises(ValueError, match="not on the lattice"):
+        P.poisson_nll(oracle, sc.unscale(oracle.support), k, num_samples=4, scaling=sc)
 
 
 # --------------------------------------------------------------------------- samplers

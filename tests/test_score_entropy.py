@@ -83,6 +83,11 @@ def test_imdse_rejects_bad_input(tab):
         lk.imdse_nll(sc, bad, jax.random.key(0), graph="uniform", lam_max=0.9)
     with pytest.raises(NotImplementedError, match="uniform"):
         lk.imdse_conditional_nll(sc, x[:, :3], x[:, 3:], jax.random.key(0), graph="uniform", lam_max=0.9)
+    # A score model for one graph evaluated as the other would give a silently wrong number.
+    with pytest.raises(ValueError, match="'uniform' graph but graph='absorb'"):
+        lk.imdse_nll(sc, x, jax.random.key(0), graph="absorb", lam_max=0.9)
+    with pytest.raises(ValueError, match="unknown graph 'absorbing'"):
+        se.OracleScore(tab, "absorbing")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,3 +265,7 @@ def test_sampler_rejects_bad_arguments(tab):
         se.sample(sc, "absorb", jax.random.key(0), 2, 6, 4, 0)
     with pytest.raises(ValueError, match="lam_min"):
         se.sample(sc, "absorb", jax.random.key(0), 2, 6, 4, 4, lam_min=0.0)
+    with pytest.raises(ValueError, match="vocab_size=10 mismatch"):
+        se.sample(sc, "absorb", jax.random.key(0), 2, 6, 10, 4)
+    with pytest.raises(ValueError, match="'absorb' graph but graph='uniform'"):
+        se.sample(sc, "uniform", jax.random.key(0), 2, 6, 4, 4)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from infodiff import training
-from tests.test_training import PHRASE, REPO, read_metrics, tiny_config, toy_corpus
+from tests.test_training import PHRASE, REPO, read_metrics, tiny_config
 
 
 def sedd_tiny(graph: str):
@@ -29,19 +29,6 @@ def sedd_tiny(graph: str):
     c.eval.sampler = "tweedie"
     c.lock()
     return c
-
-
-@pytest.mark.parametrize("graph", ["absorb", "uniform"])
-def test_sedd_loss_decreases_on_learnable_stream(tmp_path, graph):
-    c = sedd_tiny(graph)
-    result = training.train_and_evaluate(c, tmp_path, corpus=toy_corpus())
-    train = [r for r in read_metrics(tmp_path) if r["split"] == "train"]
-    first, last = train[0]["metrics"]["bpc"], train[-1]["metrics"]["bpc"]
-    assert all(np.isfinite(r["metrics"]["loss"]) for r in train)
-    # Measured (30 steps): absorb 4.2 -> 3.2, uniform 4.0 -> 3.6 bits/char; a loss that does not
-    # learn stays within ~0.05 of its first value.
-    assert last < first - 0.3, (first, last)
-    assert result["valid"]["bpc"] < first
 
 
 def test_sedd_model_output_and_score_param():
@@ -69,12 +56,17 @@ def test_sedd_cli_train_and_evaluate(tmp_path, graph):
     wd = tmp_path / "run"
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     cmd = [sys.executable, "train.py", "--config", f"configs/sedd_{graph}_text.py", f"--workdir={wd}",
-           f"--config.data.path={text8}", "--config.train.num_steps=3", "--config.model.num_layers=1",
+           f"--config.data.path={text8}", "--config.train.num_steps=30", "--config.model.num_layers=1",
            "--config.model.num_heads=2", "--config.model.width=32", "--config.data.seq_len=16",
-           "--config.train.batch_size=8", "--config.train.log_every=1", "--config.train.ckpt_every=3",
-           "--config.train.eval_batches=1"]
+           "--config.train.batch_size=8", "--config.train.log_every=10", "--config.train.ckpt_every=30",
+           "--config.train.eval_batches=1", "--config.optim.lr=3e-3", "--config.optim.warmup_steps=2"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # The DSE objective learns the periodic stream. Measured (30 steps): absorb 4.2 -> 3.2,
+    # uniform 4.0 -> 3.6 bits/char; a loss that does not learn stays within ~0.05.
+    train = [r["metrics"] for r in read_metrics(wd) if r["split"] == "train"]
+    assert len(train) == 3 and all(np.isfinite(m["loss"]) for m in train)
+    assert train[-1]["bpc"] < train[0]["bpc"] - 0.3, (train[0]["bpc"], train[-1]["bpc"])
     ev = subprocess.run([sys.executable, "evaluate.py", f"--workdir={wd}", "--config.eval.num_samples=3",
                          "--config.eval.max_sequences=24", "--config.eval.batch_size=64",
                          "--config.eval.num_generate=2", "--config.eval.sample_steps=4"],
@@ -120,3 +112,17 @@ def test_sedd_oracle_cli(tmp_path):
                          cwd=REPO, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True,
                          text=True, timeout=300)
     assert bad.returncode != 0 and "gaussian" in bad.stderr
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("sampler", "ancestral", "config.eval.sampler='ancestral'"),
+    ("lambda_sampling", "foo", "config.eval.lambda_sampling='foo'"),
+    ("num_samples", 1, "config.eval.num_samples=1"),
+    ("estimator", "k_dce", "imdse"),
+])
+def test_sedd_bad_eval_settings_fail_before_training(tmp_path, key, value, message):
+    c = sedd_tiny("uniform")
+    c.eval[key] = value
+    with pytest.raises(ValueError, match=message):
+        training.train_and_evaluate(c, tmp_path, corpus=object())
+    assert not (tmp_path / "checkpoints").exists()

@@ -380,3 +380,21 @@ def test_cli_trains_and_writes_outputs(tmp_path, compilation_cache):
                          "configs/masked_text.py"], cwd=REPO, env=env, capture_output=True,
                         text=True, timeout=240)
     assert ev.returncode != 0 and "model.width" in ev.stderr and "ConfigMismatchError" in ev.stderr
+
+
+def test_config_differences_new_keys():
+    saved = {"model": {"width": 32}, "eval": {"num_samples": 4}}
+    new = {"model": {"width": 32, "added_later": 1}, "eval": {"num_samples": 8}}
+    # eval.* may differ; a key the run never had is a difference when resuming ...
+    assert training.config_differences(saved, new) == ["model.added_later"]
+    # ... but not when evaluating an older run (saved_run.py fills it from the defaults).
+    assert training.config_differences(saved, new, ignore_new_keys=True) == []
+    assert training.config_differences(saved, {"model": {"width": 64}}, ignore_new_keys=True) == ["model.width"]
+
+
+def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
+    c = tiny_config(**{"train.num_steps": 4, "train.ckpt_every": 2})
+    training.train_and_evaluate(c, tmp_path, corpus=toy_corpus())
+    (tmp_path / "checkpoints" / "4" / "meta" / "metadata").write_bytes(b"\xff\xfe garbage")
+    with pytest.raises(training.CheckpointError, match=r"step 4 .* older checkpoints: \[2\]"):
+        training.load_checkpoint(tmp_path)

@@ -39,6 +39,8 @@ from infodiff.processes import masked
 
 GRAPHS = ("absorb", "uniform")
 LAMBDA_SAMPLING = ("uniform", "importance", "defensive")
+# Lowest per-sample variance measured with exact scores (RESULTS.md, "I-MDSE with exact scores").
+DEFAULT_LAMBDA_SAMPLING = {"absorb": "defensive", "uniform": "importance"}
 DEFENSIVE_MIX = 0.1
 
 LogScoreFn = Callable[[jax.Array, jax.Array], jax.Array]
@@ -372,17 +374,24 @@ def _sample(log_score_fn, graph, key, num_samples, seq_len, vocab_size, num_step
     sbar = -jnp.log1p(-lams)  # sigma_bar at each grid point
     step = euler_step if method == "euler" else tweedie_step
 
+    def scores(z, lam):
+        ls = log_score_fn(z, lam)
+        if ls.shape != (num_samples, seq_len, vocab_size):
+            raise ValueError(f"the score model returned shape {ls.shape}, expected "
+                             f"{(num_samples, seq_len, vocab_size)} (vocab_size={vocab_size} mismatch?)")
+        return ls
+
     def body(i, z):
         lam_t = jnp.full((num_samples,), lams[i])
         ds = jnp.full((num_samples,), sbar[i] - sbar[i + 1])
-        ls = log_score_fn(z, lam_t)
+        ls = scores(z, lam_t)
         znew = step(graph, jax.random.fold_in(key, i), z, ls, ds)
         return znew.at[:, :P].set(z[:, :P]) if P else znew
 
     z = jax.lax.fori_loop(0, num_steps, body, z)
     # Final denoising step from lam_min to 0 (Tweedie with Δσ = sigma_bar(lam_min)).
     lam_t = jnp.full((num_samples,), lams[-1])
-    ls = log_score_fn(z, lam_t)
+    ls = scores(z, lam_t)
     znew = tweedie_step(graph, jax.random.fold_in(key, num_steps), z, ls,
                         jnp.full((num_samples,), sbar[-1]), final=True)
     return znew.at[:, :P].set(z[:, :P]) if P else znew
@@ -402,6 +411,7 @@ def sample(log_score_fn: LogScoreFn, graph: str, key: jax.Array, num_samples: in
     lam_min outside (0, lam_max). Source: spec §8.1.
     """
     check_graph(graph)
+    _check_model_graph(log_score_fn, graph)
     if method not in ("euler", "tweedie"):
         raise ValueError(f"unknown sampler {method!r}; choose 'euler' or 'tweedie'")
     if int(num_steps) < 1:
@@ -410,6 +420,13 @@ def sample(log_score_fn: LogScoreFn, graph: str, key: jax.Array, num_samples: in
         raise ValueError(f"need 0 < lam_min < lam_max <= 1; got lam_min={lam_min}, lam_max={lam_max}")
     return _sample(log_score_fn, graph, key, int(num_samples), int(seq_len), int(vocab_size),
                    int(num_steps), method, float(lam_max), float(lam_min), prompt_BxP)
+
+
+def _check_model_graph(score_model, graph: str) -> None:
+    """Raise ValueError if a score model that declares its graph (``.graph``) has another one."""
+    own = getattr(score_model, "graph", None)
+    if own is not None and own != graph:
+        raise ValueError(f"the score model is for the {own!r} graph but graph={graph!r} was requested")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -440,6 +457,9 @@ class OracleScore:
 
     oracle: object
     graph: str
+
+    def __post_init__(self):
+        check_graph(self.graph)
 
     @property
     def vocab_size(self) -> int:
