@@ -104,7 +104,6 @@ _OVER = {"data.num_train": 256, "data.num_valid": 64, "data.num_test": 64, "mode
 
 
 def test_cli_train_then_library_resume_is_bit_identical_and_evaluate(tmp_path):
-    pytest.importorskip("infodiff.data.count_synthetic", reason="synthetic distributions module (P1) missing")
     from configs import poisson_synthetic
 
     env = dict(os.environ, JAX_PLATFORMS="cpu")
@@ -155,7 +154,6 @@ def test_cli_train_then_library_resume_is_bit_identical_and_evaluate(tmp_path):
     assert r.returncode != 0 and "num_sample" in r.stderr
 
 def test_oracle_mode_matches_exact_entropy_and_increment_sampler_beats_paper():
-    pytest.importorskip("infodiff.data.count_synthetic", reason="synthetic distributions module (P1) missing")
     from configs import oracle_poisson
 
     c = oracle_poisson.get_config()
