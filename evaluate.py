@@ -44,12 +44,12 @@ flags.DEFINE_string("workdir", None, "Training run directory (network mode).")
 
 def main(argv):
     del argv
-    from infodiff import evaluation
-
     if FLAGS.config is None:
         raise app.UsageError("give --workdir (a training run) or --config (e.g. configs/oracle_markov.py)")
     if FLAGS.config.get("process") is not None and FLAGS.config.process.get("name") == "poisson":
-        from infodiff import poisson_training as evaluation  # noqa: F811 (Poisson / count data)
+        from infodiff import poisson_training as evaluation  # Poisson diffusion on count data
+    else:
+        from infodiff import evaluation  # masked and score-entropy (SEDD) diffusion
     report, out_dir = evaluation.evaluate(FLAGS.config, FLAGS.workdir)
     jpath, _ = evaluation.write_report(report, out_dir)
     print(evaluation.format_report(report))

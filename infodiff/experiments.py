@@ -23,7 +23,6 @@ import functools
 import hashlib
 import itertools
 import json
-import math
 import os
 import re
 import time

@@ -37,13 +37,11 @@ after :func:`evaluate`.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 import signal
 import time
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -451,15 +449,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, data=
                 steps_window += 1
                 pbar.update(1)
                 if step % int(tr.log_every) == 0 or step == end_step:
-                    host = jax.device_get(window)
-                    avg = {k: float(np.mean([m[k] for m in host])) for k in host[0]}
-                    dt = max(time.time() - t_window, 1e-9)
-                    avg["steps_per_s"] = steps_window / dt
-                    avg["examples_per_s"] = steps_window * B / dt
-                    if not math.isfinite(avg["loss"]):
-                        raise FloatingPointError(f"non-finite training loss {avg['loss']} at step {step}; "
-                                                 f"last checkpoint: {mngr.latest_step()}")
-                    eta = (num_steps - step) / max(avg["steps_per_s"], 1e-9)
+                    avg, eta = tr_lib.summarise_window(window, steps_window, t_window, "examples_per_s", B,
+                                                       step, num_steps, mngr)
                     if str(config.process.weighting) == "likelihood":
                         _log(logging.info, "step %d/%d: loss %.4f nats/example, %.4f bits/dim, grad_norm %.3f, "
                              "lr %.2e, %.1f steps/s, ETA %.0fs", step, num_steps, avg["loss"], avg["bpd"],

@@ -841,6 +841,24 @@ def saved_config(workdir: str) -> dict:
         return json.load(f)
 
 
+def summarise_window(window: list, steps_window: int, t_window: float, rate_name: str,
+                     items_per_step: int, step: int, num_steps: int,
+                     mngr: ocp.CheckpointManager) -> tuple[dict, float]:
+    """Average the metrics of the steps since the last log line (host floats), add
+    ``steps_per_s`` and ``rate_name`` (items per second), and return ``(avg, eta_seconds)``.
+    Raises FloatingPointError naming the step and the last checkpoint if the loss is not finite.
+    Shared by the masked/SEDD and Poisson training loops."""
+    host = jax.device_get(window)
+    avg = {k: float(np.mean([m[k] for m in host])) for k in host[0]}
+    dt = max(time.time() - t_window, 1e-9)
+    avg["steps_per_s"] = steps_window / dt
+    avg[rate_name] = steps_window * items_per_step / dt
+    if not math.isfinite(avg["loss"]):
+        raise FloatingPointError(f"non-finite training loss {avg['loss']} at step {step}; "
+                                 f"last finite checkpoint: {mngr.latest_step()}")
+    return avg, (num_steps - step) / max(avg["steps_per_s"], 1e-9)
+
+
 def _append_jsonl(path: str, record: dict) -> None:
     with open(path, "a") as f:
         f.write(json.dumps(record, sort_keys=True) + "\n")
@@ -1042,17 +1060,8 @@ def train_and_evaluate(
                     pbar.update(1)
 
                     if step % int(tr.log_every) == 0 or step == end_step:
-                        host = jax.device_get(window)
-                        avg = {k: float(np.mean([m[k] for m in host])) for k in host[0]}
-                        dt = max(time.time() - t_window, 1e-9)
-                        avg["steps_per_s"] = steps_window / dt
-                        avg["tokens_per_s"] = steps_window * B * L / dt
-                        if not math.isfinite(avg["loss"]):
-                            raise FloatingPointError(
-                                f"non-finite training loss {avg['loss']} at step {step}; "
-                                f"last finite checkpoint: {mngr.latest_step()}"
-                            )
-                        eta = (num_steps - step) / max(avg["steps_per_s"], 1e-9)
+                        avg, eta = summarise_window(window, steps_window, t_window, "tokens_per_s",
+                                                    B * L, step, num_steps, mngr)
                         _log(
                             logging.info,
                             "step %d/%d: loss %.3f nats/seq, bpc %.4f, grad_norm %.3f, lr %.2e, "

@@ -1,6 +1,5 @@
 """Masked process: mask samplers, objectives, categorical and ancestral samplers."""
 
-import itertools
 
 import jax
 import jax.numpy as jnp

@@ -59,7 +59,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 

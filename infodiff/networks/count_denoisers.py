@@ -50,7 +50,6 @@ parameters passed explicitly in :meth:`CountDenoiser.apply_params` (jit-friendly
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Sequence
 
 import flax.linen as nn
