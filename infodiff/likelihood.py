@@ -535,11 +535,12 @@ def imdse_nll(score_model, x_BxL, key, *, graph: str, lam_max: float, num_sample
         if graph == "uniform":
             prior[:] = [se.prior_kl_uniform(lam_max, V, int(n)) for n in target.sum(axis=1)]
         else:
-            for b0 in range(0, B, int(batch_size)):
-                b1 = min(B, b0 + int(batch_size))
-                prior[b0:b1] = np.asarray(_absorb_prior(apply_fn, params, V, float(lam_max),
-                                                        jnp.asarray(x[b0:b1]),
-                                                        jnp.asarray(target[b0:b1])), np.float64)
+            n = min(B, int(batch_size))
+            for b0 in range(0, B, n):  # fixed shape (last chunk padded): one compilation
+                rows = np.arange(b0, b0 + n) % B
+                vals = _absorb_prior(apply_fn, params, V, float(lam_max), jnp.asarray(x[rows]),
+                                     jnp.asarray(target[rows]))
+                prior[b0:b0 + n] = np.asarray(vals, np.float64)[: min(n, B - b0)]
     name = f"imdse_{graph}:{lambda_sampling}"
     passes = S + (1 if (graph == "absorb" and float(lam_max) < 1.0) else 0)
     return ScoreEntropyEstimate(name, out, forward_passes=passes,

@@ -57,6 +57,19 @@ def test_imdse_lam_max_one_has_zero_prior(graph, tab):
     assert np.all(np.abs(est.mean - truth) < 4 * est.stderr)
 
 
+def test_imdse_absorb_prior_is_exact_and_batch_independent(tab):
+    """Absorb prior = (1 - lam_max) sum_i -log p(x_i) with the exact (all-masked) marginals."""
+    x = tab.sample(np.random.default_rng(5), 7)
+    kw = dict(graph="absorb", lam_max=0.99, num_samples=2)
+    a = lk.imdse_nll(se.OracleScore(tab, "absorb"), x, jax.random.key(0), batch_size=3, **kw)
+    b = lk.imdse_nll(se.OracleScore(tab, "absorb"), x, jax.random.key(0), batch_size=1024, **kw)
+    np.testing.assert_allclose(a.prior, b.prior, rtol=1e-6)
+    V = tab.vocab_size
+    marg = np.stack([np.bincount(tab.seqs[:, i], weights=tab.probs, minlength=V) for i in range(x.shape[1])])
+    want = 0.01 * -np.log(marg[np.arange(x.shape[1]), x]).sum(1)
+    np.testing.assert_allclose(a.prior, want, rtol=1e-4)
+
+
 def test_imdse_conditional_absorb(markov):
     rng = np.random.default_rng(4)
     x = markov.sample(rng, 6, length=12)

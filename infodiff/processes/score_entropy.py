@@ -446,13 +446,14 @@ class ScoreFromParams:
         return self.apply(self.params, z_BxL, lam_B)
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True)
 class OracleScore:
     """The exact score of an oracle (:mod:`infodiff.oracles`) as a score model ``(z, lam) -> log s``.
 
     ``oracle.log_score(z_BxL, lam_B, graph)`` gives exact log-ratios p_lam(z^{i->v}) / p_lam(z)
     (tabular: enumeration; Markov, uniform graph: forward-backward of the noised hidden Markov
-    model; absorb: a times the masked conditionals). Hashed by identity (a static jit argument).
+    model; absorb: a times the masked conditionals). Equal (and hashed alike) for the same oracle
+    object and graph, so repeated wrappers reuse compiled programs (a static jit argument).
     """
 
     oracle: object
