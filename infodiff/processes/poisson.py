@@ -51,12 +51,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Callable
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.stats
+
+# (static apply_fn(params, z, alpha), params): networks pass their parameters to jit as
+# arguments, oracles carry none; the same adapter as the masked and SEDD estimators.
+from infodiff.likelihood import _split_denoiser
 
 __all__ = [
     "validate_counts",
@@ -596,19 +600,6 @@ def rounding_loss_integral(x_BxD, alpha_start: float, scaling: CountScaling,
 # ----------------------------------------------------------------------------------------
 # NLL estimator
 # ----------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class _NoParams:
-    denoiser: Any
-
-    def __call__(self, params, z, alpha):
-        del params
-        return self.denoiser(z, alpha)
-
-
-def _split_denoiser(denoiser):
-    if hasattr(denoiser, "apply_params") and hasattr(denoiser, "params"):
-        return denoiser.apply_params, denoiser.params
-    return _NoParams(denoiser), None
 
 
 def _values_impl(apply_fn, params, key, x_RxD, alpha_R, w_R, alpha_top):
