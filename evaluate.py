@@ -9,7 +9,7 @@
   python evaluate.py --workdir runs/pois_digits                       # Poisson: nats / example, bits / dim
   python evaluate.py --config configs/oracle_poisson.py --config.data.distribution=zipf
 
-Writes report.json (schema in README.md) and report.txt into the workdir (or
+Writes report.json (schema in docs/report.md) and report.txt into the workdir (or
 config.eval.output_dir in oracle mode) and prints the table.
 """
 
@@ -46,13 +46,11 @@ def main(argv):
     del argv
     if FLAGS.config is None:
         raise app.UsageError("give --workdir (a training run) or --config (e.g. configs/oracle_markov.py)")
-    if FLAGS.config.get("process") is not None and FLAGS.config.process.get("name") == "poisson":
-        from infodiff import poisson_training as evaluation  # Poisson diffusion on count data
-    else:
-        from infodiff import evaluation  # masked and score-entropy (SEDD) diffusion
+    from infodiff import evaluation  # one path for every process and mode (imports jax)
+
     report, out_dir = evaluation.evaluate(FLAGS.config, FLAGS.workdir)
+    print(evaluation.format_report(report))  # printed first: a failed write loses nothing
     jpath, _ = evaluation.write_report(report, out_dir)
-    print(evaluation.format_report(report))
     print(f"\nreport written to {jpath}")
 
 

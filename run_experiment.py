@@ -23,7 +23,8 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    from infodiff import experiments, training
+    import experiments
+    from infodiff import training
 
     training.quiet_library_logs()
     results = experiments.run(FLAGS.config, FLAGS.workdir)

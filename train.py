@@ -5,8 +5,8 @@
     python train.py --config configs/sedd_absorb_text.py --workdir runs/sedd_absorb   # or sedd_uniform_text.py
     python train.py --config configs/poisson_digits.py --workdir runs/pois_digits     # count data
 
-'masked' and 'sedd' go to :func:`infodiff.training.train_and_evaluate`, 'poisson' to
-:func:`infodiff.poisson_training.train_and_evaluate`.
+One path for every process: :func:`infodiff.tasks.make_task` (what is trained: model, loss,
+data) and :func:`infodiff.training.train` (the loop).
 
 The config is locked: overriding a key that does not exist (a typo) is an error. Rerunning with
 the same --workdir resumes from its latest checkpoint (only train.num_steps and the log / eval /
@@ -37,10 +37,11 @@ _LIBRARY_LOGS = flags.DEFINE_bool(
 )
 flags.mark_flag_as_required("workdir")
 
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected positional arguments: {argv[1:]}")
-    from infodiff import training  # imports jax; after flag parsing so --help is fast
+    from infodiff import tasks, training  # imports jax; after flag parsing so --help is fast
 
     if not _LIBRARY_LOGS.value:
         training.quiet_library_logs()
@@ -48,12 +49,7 @@ def main(argv):
 
     config = _CONFIG.value
     logging.info("config:\n%s", config)
-    if config.process.name == "poisson":  # Poisson diffusion (ItDPDM) on count data
-        from infodiff import poisson_training
-
-        result = poisson_training.train_and_evaluate(config, _WORKDIR.value)
-    else:
-        result = training.train_and_evaluate(config, _WORKDIR.value)
+    result = training.train(tasks.make_task(config), _WORKDIR.value)
     print(json.dumps({k: v for k, v in result.items()}, indent=2, sort_keys=True, default=str))
     if result.get("interrupted"):
         signum = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}.get(result["interrupted"])

@@ -1,16 +1,16 @@
-"""Total-variation table of the Poisson-diffusion samplers with the exact denoiser (spec §4.4).
+"""Total-variation table of the Poisson-diffusion samplers with the exact denoiser (docs/poisson.md §4.4).
 
     python benchmarks/poisson_samplers.py                       # 200k samples, T = 20, 100, 1000
     python benchmarks/poisson_samplers.py --num_samples=50000 --steps=20,100
     python benchmarks/poisson_samplers.py --decision=ml
 
-Setup (shared/specs/poisson.md §4.4): pmf on {1, 1.2, 1.4, 2} = CountScaling(5) of the counts
+Setup (docs/poisson.md §4.4): pmf on {1, 1.2, 1.4, 2} = CountScaling(5) of the counts
 {0, 1, 2, 5} with probabilities (.4, .3, .2, .1); denoiser = exact posterior mean
 (infodiff.count_oracles.FiniteCountOracle); gamma log-spaced from 1e-3 to 2000 with T points;
 final lattice decision at gamma_max. Samplers: the pure-birth increment sampler (default) and the
 paper-literal ItDPDM Algorithm 2 (fresh draws). Prints TV(empirical, true pmf) and the Monte
 Carlo noise floor 0.5 sum_k sqrt(p_k (1 - p_k) / N) (an upper bound on E TV(empirical, law)).
-Spec reference (200k samples): Alg. 2 0.143 / 0.103 / 0.084, increment 0.066 / 0.014 / 0.003.
+docs/poisson.md §4.4 reference (200k samples): Alg. 2 0.143 / 0.103 / 0.084, increment 0.066 / 0.014 / 0.003.
 A benchmark, not a test: it asserts nothing.
 """
 

@@ -4,8 +4,9 @@
     python benchmarks/train_throughput.py --config.train.batch_size=128 --config.model.width=256
     python benchmarks/train_throughput.py --config configs/other.py --repeats 10
 
-Times ``infodiff.training.make_train_step`` (the exact function train.py runs: loss, backward,
-clip + AdamW, EMA; data-parallel over all local devices) on random tokens, excluding
+Times ``infodiff.training.make_train_step`` of the config's task (``infodiff.tasks.make_task``;
+the exact function train.py runs: loss, backward, clip + AdamW, EMA; data-parallel over all
+local devices) on random tokens, excluding
 compilation and warmup steps; reports the median and best of ``--repeats`` timings of
 ``--steps`` consecutive steps each. Model FLOPs per token are
 ``infodiff.networks.transformer.flops_per_token`` (6 N + 12 n_layers D L, forward + backward,
@@ -69,17 +70,18 @@ def main(argv):
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from infodiff import training
+    from infodiff import tasks, training
     from infodiff.networks.transformer import count_params, flops_per_token
 
     config = _CONFIG.value
     B, L, V = int(config.train.batch_size), int(config.data.seq_len), int(config.data.vocab_size)
     mesh = training.make_mesh()
     training.check_batch_divisible(B, mesh)
-    model = training.make_model(config)
+    task = tasks.make_task(config)  # the corpus is never loaded: the batches are random tokens
+    model = task.model
     optimizer = training.make_optimizer(config)
-    state = training.init_train_state(config, model, optimizer, jax.random.key(0), mesh)
-    train_step = training.make_train_step(config, model, optimizer, mesh)
+    state = training.init_train_state(task.init_params, optimizer, jax.random.key(0), mesh)
+    train_step = training.make_train_step(task, optimizer, mesh)
     batch_sharding = NamedSharding(mesh, P("data"))
     rng = np.random.default_rng(0)
     batches = [jax.device_put(rng.integers(0, V, (B, L)).astype(np.int32), batch_sharding) for _ in range(4)]

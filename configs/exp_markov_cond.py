@@ -19,7 +19,7 @@ def get_config():
     # Temperature 0.15, not the paper's stated 0.5: with 0.5 every row is nearly uniform
     # (probability ratios <= e^2, 0.1 nats of structure per symbol) and a CPU-sized model stays
     # on the uniform plateau for thousands of steps; the paper's released table is itself far
-    # more peaked than its stated recipe (spec §10.2). Override with --config.toy.temperature.
+    # more peaked than its stated recipe (docs/discrete_diffusion.md §10.2). Override with --config.toy.temperature.
     del c["toy"]
     c.toy = dict(seed=0, temperature=0.15, prompt_len=16, response_len=16, num_train=200_000,
                  num_valid=2_000, num_pairs=64, estimator="stratified", num_mc=64)

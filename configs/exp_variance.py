@@ -13,7 +13,7 @@ from configs import exp_markov_cond
 def get_config():
     c = exp_markov_cond.get_config()
     c.experiment = "variance"
-    c.variance = dict(model_workdir="", seed=7, num_pairs=30, reps=15, budgets="128,256,512",
-                      estimators="lambda_dce,time_free,k_dce,stratified",
-                      ratio_samples="5,10,15,20", ratio_reps=8, vpf_passes=4096, batch_size=8192)
+    c.variance = dict(model_workdir="", seed=7, num_pairs=30, reps=15, budgets=(128, 256, 512),
+                      estimators=("lambda_dce", "time_free", "k_dce", "stratified"),
+                      ratio_samples=(5, 10, 15, 20), ratio_reps=8, vpf_passes=4096, batch_size=8192)
     return c

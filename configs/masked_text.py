@@ -7,6 +7,8 @@ Makes visible progress in minutes on a 2-core CPU; see README for measured numbe
 
 import ml_collections
 
+from configs import common
+
 
 def get_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
@@ -37,28 +39,11 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.time_conditioning = False  # RADD-style time-free network
     c.model.dtype = "float32"
 
-    c.optim = ml_collections.ConfigDict()
-    c.optim.lr = 1e-3
-    c.optim.warmup_steps = 200
-    c.optim.decay = "cosine"       # cosine | constant
-    c.optim.min_lr_ratio = 0.1
-    c.optim.weight_decay = 0.0
-    c.optim.b1 = 0.9
-    c.optim.b2 = 0.99
-    c.optim.eps = 1e-8
-    c.optim.grad_clip = 1.0
-    c.optim.ema_decay = 0.999
-
-    c.train = ml_collections.ConfigDict()
-    c.train.batch_size = 64
-    c.train.num_steps = 3000
-    c.train.log_every = 50
-    c.train.eval_every = 500
-    c.train.eval_batches = 4
-    c.train.ckpt_every = 250
-    c.train.keep_checkpoints = 3
+    c.optim = common.optim()
+    c.train = common.train()
 
     c.eval = ml_collections.ConfigDict()
+    c.eval.mode = "network"         # network (a trained run) | oracle (exact denoiser; the oracle configs)
     c.eval.estimator = "k_dce"      # t_dce | lambda_dce | k_dce | time_free (k_dce: lowest variance measured, see RESULTS.md)
     c.eval.num_samples = 4          # Monte Carlo masks per test sequence
     c.eval.batch_size = 256         # rows per forward pass

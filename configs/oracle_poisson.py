@@ -6,7 +6,7 @@ No network: the denoiser is the exact posterior mean E[X | Z_gamma] of the distr
 (infodiff.count_oracles.ProductCountOracle on the [1, 2]-scaled support). Reports the Monte Carlo
 NLL of 2,000 samples against their exact -log p(x) and the exact entropy (bias in MC standard
 errors), and the total-variation / W1 distance to the true pmf of 20,000 samples of the increment
-sampler (spec §4.4) and the paper-literal Algorithm 2 at 20, 100 and 1000 steps.
+sampler (docs/poisson.md §4.4) and the paper-literal Algorithm 2 at 20, 100 and 1000 steps.
 
 2-D laws (bivariate_poisson, gamma_poisson) have 51 x 51 = 2,601 atoms and the exact posterior sums
 over all of them per call: on a CPU use e.g. --config.eval.num_generate=2000

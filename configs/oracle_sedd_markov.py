@@ -18,6 +18,6 @@ def get_config() -> ml_collections.ConfigDict:
     c.experiment = "oracle_sedd_markov"
     c.data.order = 2
     oracle_common.add_sedd_process_and_eval(c)
-    c.eval.sampler_steps = ""     # no enumeration of 4^32 sequences
+    c.eval.sampler_steps = ()     # no enumeration of 4^32 sequences
     c.eval.output_dir = "runs/oracle_sedd_markov"
     return c

@@ -1,9 +1,11 @@
 """Shared schema of the Poisson-diffusion (ItDPDM) configs (configs/poisson_*.py, oracle_poisson.py).
 
-Groups: data / process / model / optim / train / eval (see infodiff/poisson_training.py).
+Groups: data / process / model / optim / train / eval (see infodiff/tasks.py, PoissonTask).
 """
 
 import ml_collections
+
+from configs import common
 
 
 def base(experiment: str) -> ml_collections.ConfigDict:
@@ -45,26 +47,9 @@ def base(experiment: str) -> ml_collections.ConfigDict:
     c.model.num_blocks = 2
     c.model.emb_dim = 64          # sinusoidal log-SNR embedding
 
-    c.optim = ml_collections.ConfigDict()
-    c.optim.lr = 1e-3             # paper (synthetic): Adam 1e-3
-    c.optim.warmup_steps = 100
-    c.optim.decay = "cosine"
-    c.optim.min_lr_ratio = 0.1
-    c.optim.weight_decay = 0.0
-    c.optim.b1 = 0.9
-    c.optim.b2 = 0.999
-    c.optim.eps = 1e-8
-    c.optim.grad_clip = 1.0
-    c.optim.ema_decay = 0.999
-
-    c.train = ml_collections.ConfigDict()
-    c.train.batch_size = 128      # paper (synthetic): 128
-    c.train.num_steps = 2000
-    c.train.log_every = 100
-    c.train.eval_every = 500
-    c.train.eval_batches = 8
-    c.train.ckpt_every = 500
-    c.train.keep_checkpoints = 2
+    c.optim = common.optim(warmup_steps=100, b2=0.999)   # paper (synthetic): Adam 1e-3
+    c.train = common.train(batch_size=128, num_steps=2000, log_every=100, eval_every=500,
+                           eval_batches=8, ckpt_every=500, keep_checkpoints=2)  # paper: batch 128
 
     c.eval = ml_collections.ConfigDict()
     c.eval.mode = "network"       # network | oracle
@@ -86,6 +71,6 @@ def base(experiment: str) -> ml_collections.ConfigDict:
     c.eval.gamma_min = 1e-3
     c.eval.gamma_max = 0.0        # 0: 64 high / spacing^2 (lattice resolved)
     c.eval.decision = "round"     # final lattice decision: round | ml | denoiser
-    c.eval.sampler_steps = "20,100,1000"  # oracle mode: step counts compared
+    c.eval.sampler_steps = (20, 100, 1000)  # oracle mode: step counts compared
     c.eval.output_dir = ""        # oracle mode output directory
     return c

@@ -9,7 +9,7 @@ infodiff.data.counts.load_fashion_mnist): 55,000 / 5,000 / 10,000. Denoiser: Cou
 
 The defaults below are CPU-sized (a visible start, not a good model: 1,000 steps of batch 32 with
 24 channels; measured about 1 step/s on a busy 2-core CPU, where a 20-step run reached
-4.2 bits/dim on validation — the independent-pixel-marginal start — so expect ~15 min). Accelerator sizes (paper CIFAR-10 setup, spec §4.2: U-Net with 4 downsampling
+4.2 bits/dim on validation — the independent-pixel-marginal start — so expect ~15 min). Accelerator sizes (paper CIFAR-10 setup, docs/poisson.md §4.2: U-Net with 4 downsampling
 blocks and attention, Adam lr 2e-5, 600 epochs): e.g.
   --config.model.channels=128 --config.model.num_blocks=2 --config.train.batch_size=256
   --config.train.num_steps=200000 --config.optim.lr=2e-4 --config.eval.num_samples=100

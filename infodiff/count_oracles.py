@@ -9,16 +9,16 @@ support is GIVEN in: pass raw counts {0, 1, ...} or scaled values (e.g. CountSca
 the data x given to the estimator must be in the same space. Supports must be >= 0 (a Poisson rate).
 
   * FiniteCountOracle(support_KxD, probs_K): any pmf on K points of R_{>=0}^D (dependent
-    coordinates); posterior by a log-space softmax over the K atoms (spec §7 recipe).
+    coordinates); posterior by a log-space softmax over the K atoms (docs/poisson.md §7 recipe).
   * ProductCountOracle(supports, probs): independent coordinates, each a 1-D pmf; posterior
     factorises (D up to ~64 or more).
   * GammaPriorOracle(shape, rate): X ~ Gamma(k, beta) (continuous; only for denoiser tests),
-    E[X | Z = z] = (z + k) / (beta + gamma) (ItDPDM Lemma 2; spec §2.2).
+    E[X | Z = z] = (z + k) / (beta + gamma) (ItDPDM Lemma 2; docs/poisson.md §2.2).
 
 Exact quantities (float64 numpy): log_prob, entropy, mprl(x, gamma) by summing over z (truncated
-to gamma x +- 12 sqrt(gamma x) + 20 per coordinate, spec §7), quadrature_nll(x, alpha_grid) =
+to gamma x +- 12 sqrt(gamma x) + 20 per coordinate, docs/poisson.md §7), quadrature_nll(x, alpha_grid) =
 int e^alpha mprl dalpha (trapezoid), posterior_mean_tgr (Turing-Good-Robbins, ItDPDM Lemma 4).
-Source: arXiv 2505.05082; shared/specs/poisson.md §2, §7.
+Source: arXiv 2505.05082; docs/poisson.md §2, §7.
 """
 
 from __future__ import annotations
@@ -31,13 +31,14 @@ import numpy as np
 import scipy.special
 import scipy.stats
 
-from infodiff.processes.poisson import _validate_data, check_gamma, poisson_loglik, prl_np
+from infodiff.processes.poisson import check_gamma, poisson_loglik, prl_np
+from infodiff.validation import validate_rates
 
 __all__ = ["FiniteCountOracle", "ProductCountOracle", "GammaPriorOracle", "z_range"]
 
 
 def z_range(rate: float, width: float = 12.0, pad: int = 20) -> np.ndarray:
-    """int64 z values covering Pois(rate) up to ~1e-30 tails: rate +- width sqrt(rate) + pad (spec §7)."""
+    """int64 z values covering Pois(rate) up to ~1e-30 tails: rate +- width sqrt(rate) + pad (docs/poisson.md §7)."""
     if rate <= 0:
         return np.zeros(1, np.int64)
     s = width * math.sqrt(rate) + pad
@@ -63,7 +64,7 @@ class _Base:
     def quadrature_nll(self, x_NxD, alpha_grid) -> np.ndarray:
         """int e^alpha mprl(x, e^alpha) dalpha by the trapezoid rule on alpha_grid (increasing,
         float [A]). Returns float64 [N] nats; equals -log P(x) when the grid covers the
-        integrand (spec §7: [-25, 12], 741 points, for the toy pmfs)."""
+        integrand (docs/poisson.md §7: [-25, 12], 741 points, for the toy pmfs)."""
         a = np.asarray(alpha_grid, np.float64)
         if a.ndim != 1 or a.size < 2 or np.any(np.diff(a) <= 0):
             raise ValueError("alpha_grid must be a strictly increasing 1-D array of >= 2 points")
@@ -72,7 +73,7 @@ class _Base:
         return np.trapezoid(f, a, axis=0)
 
     def _as_x(self, x_NxD):
-        x = _validate_data(x_NxD)
+        x = validate_rates(x_NxD)
         if x.ndim == 1 and self.dim == 1:
             x = x[:, None]
         if x.ndim != 2 or x.shape[1] != self.dim:
@@ -91,7 +92,7 @@ class FiniteCountOracle(_Base):
     """
 
     def __init__(self, support_KxD, probs_K):
-        s = _validate_data(support_KxD, "support")
+        s = validate_rates(support_KxD, "support")
         if s.ndim == 1:
             s = s[:, None]
         if s.ndim != 2:
@@ -136,7 +137,7 @@ class FiniteCountOracle(_Base):
 
     def posterior_mean_tgr(self, z_BxD, gamma: float) -> np.ndarray:
         """Turing-Good-Robbins: E[X_i | Z = z] = (z_i + 1) P_Z(z + e_i) / (gamma P_Z(z)), from the
-        marginal pmf of Z only (ItDPDM Lemma 4; spec §2.2). float64 [B, D]."""
+        marginal pmf of Z only (ItDPDM Lemma 4; docs/poisson.md §2.2). float64 [B, D]."""
         check_gamma(gamma)
         z = np.asarray(z_BxD, np.float64).reshape(-1, self.dim)
         base = self.log_marginal_z(z, gamma)
@@ -187,7 +188,7 @@ class FiniteCountOracle(_Base):
 
     def mprl(self, x_NxD, gamma: float, skip_below: float = 1e-16) -> np.ndarray:
         """Pointwise MPRL  E_{z ~ Pois(gamma x)} sum_d l(x_d, E[X_d | Z = z]), float64 [N] nats,
-        by exact summation over the product grid of z (spec §7 truncation per coordinate).
+        by exact summation over the product grid of z (docs/poisson.md §7 truncation per coordinate).
         Returns 0 when `resolved_bound(gamma)` < skip_below (then gamma * mprl < skip_below
         rigorously), which keeps high-SNR grids cheap (the product grid grows like gamma^D)."""
         g = float(check_gamma(gamma))
@@ -284,7 +285,7 @@ class ProductCountOracle(_Base):
 class GammaPriorOracle:
     """X_d ~ Gamma(shape k, rate beta) iid; E[X | Z_gamma = z] = (z + k) / (beta + gamma).
 
-    ItDPDM Lemma 2 (posterior Gamma(k + z, beta + gamma); spec §2.2, parameters re-derived).
+    ItDPDM Lemma 2 (posterior Gamma(k + z, beta + gamma); docs/poisson.md §2.2, parameters re-derived).
     Continuous prior: -log density is not a discrete NLL (the PRL integral diverges), so this
     oracle is only for denoiser / channel tests. Raises ValueError for shape, rate <= 0.
     """

@@ -21,7 +21,7 @@ time-free, RADD arXiv 2406.03736 Thm 1).
 
 Both families also give the exact SEDD score ratios (concrete scores, arXiv 2310.16834 Eq. 4)
 s*[b, i, v] = p_lam(z with z_i := v) / p_lam(z) of the noised law under the 'absorb' and
-'uniform' graphs (spec masked_and_score_entropy.md §1.2-1.3, §3.1, §5.1), at noise level
+'uniform' graphs (docs/discrete_diffusion.md §1.2-1.3, §3.1, §5.1), at noise level
 lam = 1 - exp(-sigma_bar):
   * ``log_score(z, lam, graph)``: float32 jax, jit-compatible (graph static);
   * ``log_score_np(z, lam, graph)``: float64 numpy reference (validates its inputs);
@@ -45,13 +45,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from infodiff.validation import validate_tokens
+
 __all__ = [
     "TabularOracle",
     "MarkovOracle",
     "load_oracle",
     "random_tabular",
     "random_markov",
-    "validate_tokens",
     "LOG_ZERO",
     "SEDD_GRAPHS",
 ]
@@ -95,30 +96,6 @@ def _check_prob(value, where: str) -> float:
     if not math.isfinite(v) or v < 0:
         raise ValueError(f"{where}: probability must be finite and >= 0; got {value!r}")
     return v
-
-
-def validate_tokens(x, vocab_size: int, name: str = "x", seq_len: int | None = None) -> np.ndarray:
-    """Check a token array: integer dtype, 2-D, ids in [0, vocab_size). Returns int32 numpy.
-
-    Raises TypeError (non-integer dtype) or ValueError (wrong rank/length, id out of range),
-    naming the offending value and its position.
-    """
-    arr = np.asarray(x)
-    if not np.issubdtype(arr.dtype, np.integer):
-        raise TypeError(f"{name} must hold integer token ids; got dtype {arr.dtype}")
-    if arr.ndim != 2:
-        raise ValueError(f"{name} must have shape [batch, length]; got shape {arr.shape}")
-    if arr.shape[1] < 1:
-        raise ValueError(f"{name} has zero-length sequences: shape {arr.shape}")
-    if seq_len is not None and arr.shape[1] != seq_len:
-        raise ValueError(f"{name} must have length {seq_len}; got shape {arr.shape}")
-    bad = (arr < 0) | (arr >= vocab_size)
-    if bad.any():
-        b, l = np.argwhere(bad)[0]
-        raise ValueError(
-            f"{name}[{b}, {l}] = {arr[b, l]} is outside the vocabulary [0, {vocab_size})"
-        )
-    return arr.astype(np.int32)
 
 
 def _check_alphabet(alphabet: str) -> str:
@@ -177,7 +154,7 @@ def _rel_log_emission(xp, z_BxL, lam_B, V: int, graph: str):
 
 
 def _full_log_emission(xp, z_BxL, lam_B, V: int, graph: str):
-    """log K_lam(z_j | u), [B, L, V] (spec §1.2-1.3): the per-token kernel with its constants."""
+    """log K_lam(z_j | u), [B, L, V] (docs/discrete_diffusion.md §1.2-1.3): the per-token kernel with its constants."""
     lam = lam_B[:, None, None]
     match = z_BxL[:, :, None] == xp.arange(V)[None, None, :]
     if graph == "uniform":
@@ -191,7 +168,7 @@ def _log_ratio_from_loo(xp, lq_BxLxV, z_BxL, lam_B, V: int, graph: str):
 
     uniform: s*_v = sum_u q(u) K(v|u) / sum_u q(u) K(z_i|u), and with K(v|u) = (1-lam) 1[v=u] + lam/V
       log s*_v = h(v) - h(z_i),  h(u) = logaddexp(log(1 - lam) + log q(u), log(lam / V)).
-    absorb (spec §5.1): masked i: log a + log q(v), a = (1 - lam) / lam; unmasked i: LOG_ZERO.
+    absorb (docs/discrete_diffusion.md §5.1): masked i: log a + log q(v), a = (1 - lam) / lam; unmasked i: LOG_ZERO.
     Every entry is floored at LOG_ZERO.
     """
     lam = lam_B[:, None, None]
@@ -276,9 +253,9 @@ class _Oracle:
         """Exact log score ratios log s*[b, i, v] = log p_lam(z with z_i := v) - log p_lam(z).
 
         The noised law is p_lam(z) = sum_x p0(x) prod_i K_lam(z_i | x_i) with independent tokens
-        (spec §1.2-1.3; lam = 1 - exp(-sigma_bar)):
+        (docs/discrete_diffusion.md §1.2-1.3; lam = 1 - exp(-sigma_bar)):
           * 'absorb': a token stays w.p. 1 - lam, becomes MASK (id V) w.p. lam. At a masked
-            position s*[i, v] = a * p0(x_i = v | unmasked part of z), a = (1 - lam) / lam (spec
+            position s*[i, v] = a * p0(x_i = v | unmasked part of z), a = (1 - lam) / lam (docs/discrete_diffusion.md
             §5.1, RADD arXiv 2406.03736 Eq. 5). At an unmasked position the absorbing graph has
             no edge to another real token; the entry is returned as LOG_ZERO (below).
           * 'uniform' (SEDD released-code convention): K_lam(y | x) = (1 - lam) 1[y = x] + lam / V.
@@ -286,7 +263,7 @@ class _Oracle:
             s*[i, v] = ((1 - lam) q_i(v) + lam / V) / ((1 - lam) q_i(z_i) + lam / V); the entry
             v = z_i is exactly 0.0 (ratio 1), and at lam = 1 every entry is exactly 0.0.
         The ratio is SEDD's concrete score (Lou et al., arXiv 2310.16834, Eq. 4), the minimiser
-        of the denoising score entropy (spec §3.1, §4.1).
+        of the denoising score entropy (docs/discrete_diffusion.md §3.1, §4.1).
 
         Log-zero convention: every returned value is floored at LOG_ZERO = log(float32 tiny)
         ~= -87.34, and exact zeros (absorb: unmasked positions, lam = 1, symbols of probability
@@ -341,7 +318,7 @@ class _Oracle:
 
         -inf where p_lam(z) = 0 (absorb only). Sums to 1 over all z in [0, V]^L (absorb) or
         [0, V)^L (uniform). Tabular: log-sum-exp over the support; Markov: log-space forward
-        algorithm over contexts. Source: spec §1.2-1.3.
+        algorithm over contexts. Source: docs/discrete_diffusion.md §1.2-1.3.
         Raises ValueError for an unknown graph, bad z (as log_score_np) or lam outside [0, 1].
         """
         z, lam = _check_sedd_inputs(z_BxL, lam_B, self.vocab_size, graph, lam_min_open=False)

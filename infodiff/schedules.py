@@ -6,7 +6,7 @@ lambda(t) = 1 - alpha(t), the log-SNR log(alpha / (1 - alpha)) and the continuou
 weight -alpha'(t) / (1 - alpha(t)) (positive; MD4 writes it with the opposite sign). Every
 process shares these implementations, so a loss weight is a pure function of the schedule.
 
-Conventions (see shared/specs/masked_and_score_entropy.md §§1-2):
+Conventions (see docs/discrete_diffusion.md §§1-2):
   * t in [0, 1]; alpha decreases from alpha(0) ~ 1 to alpha(1) ~ 0.
   * alpha_t = exp(-sigma_bar(t)) (the absorbing CTMC with rate sigma(t)).
   * MD4 alpha-form schedules (linear, cosine, polyK) are shifted as

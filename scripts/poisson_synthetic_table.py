@@ -21,8 +21,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from configs import poisson_synthetic  # noqa: E402
-from infodiff import poisson_training as pt  # noqa: E402
-from infodiff import training as tr_lib  # noqa: E402
+from infodiff import evaluation, tasks, training  # noqa: E402
 from infodiff.data import count_synthetic  # noqa: E402
 
 
@@ -50,7 +49,20 @@ def write_table(rows, out):
 
 
 
+def _flat(rep):
+    """A report of either schema version as version 1's flat keys (the SE over test samples is
+    the data + MC one in both)."""
+    if rep.get("version", 1) < 2:
+        return rep
+    out = dict(rep, **rep.get("extras", {}))
+    out.update(nll_nats_per_example=rep["nll"], nll_stderr=rep["stderr_data_and_mc"],
+               nll_stderr_mc=rep["stderr_mc"], num_examples=rep["data"]["num_items"],
+               data=dict(rep["data"], dim=rep["data"]["item_size"]))
+    return out
+
+
 def _row(rep, name, max_count, steps, t_train, valid_loss):
+    rep = _flat(rep)
     return {
         "distribution": name, "max_count": max_count, "dim": rep["data"]["dim"],
         "truncated_mass": rep["truncated_mass"],
@@ -76,11 +88,13 @@ def rebuild(args):
         tag = name if args.max_count == 50 else f"{name}_max{args.max_count}"
         path = os.path.join(args.out, tag, "report.json")
         rep = json.load(open(path))
-        if rep.get("w1_noise_floor") is None:
+        flat = _flat(rep)
+        if flat.get("w1_noise_floor") is None:
             cfg = ml_collections.ConfigDict(rep["config"])
-            dist = pt._synthetic_dist(cfg)
-            gen = np.zeros((rep["num_generated"], rep["data"]["dim"]), np.int64)
-            rep["w1_noise_floor"] = pt._synthetic_w1(cfg, dist, gen, int(cfg.eval.seed) + 7)["w1_noise_floor"]
+            dist = tasks.synthetic_distribution(cfg)
+            gen = np.zeros((flat["num_generated"], flat["data"]["dim"]), np.int64)
+            floor = tasks.synthetic_w1(cfg, dist, gen, int(cfg.eval.seed) + 7)["w1_noise_floor"]
+            (rep.setdefault("extras", {}) if rep.get("version", 1) >= 2 else rep)["w1_noise_floor"] = floor
             with open(path, "w") as f:
                 json.dump(rep, f, indent=2)
         o = old.get(name, {})
@@ -97,7 +111,7 @@ def main(argv=None):
     ap.add_argument("--from_reports", action="store_true",
                     help="rebuild the table from existing <out>/*/report.json (adds missing W1 noise floors)")
     args = ap.parse_args(argv)
-    tr_lib.quiet_library_logs()
+    training.quiet_library_logs()
     if args.from_reports:
         return rebuild(args)
     rows = []
@@ -110,10 +124,10 @@ def main(argv=None):
         tag = name if args.max_count == 50 else f"{name}_max{args.max_count}"
         wd = os.path.join(args.out, tag)
         t0 = time.time()
-        res = pt.train_and_evaluate(cfg, wd)
+        res = training.train(tasks.make_task(cfg), wd)
         t_train = time.time() - t0
-        rep = pt.evaluate_network(cfg, wd)
-        pt.write_report(rep, wd)
+        rep = evaluation.evaluate_network(cfg, wd)
+        evaluation.write_report(rep, wd)
         row = _row(rep, name, args.max_count, args.steps, t_train, res["valid"].get("loss"))
         rows.append(row)
         print(json.dumps(row), flush=True)

@@ -1,4 +1,4 @@
-"""Exact-oracle checks of the Poisson-channel likelihood identity (shared/specs/poisson.md §2, §7)."""
+"""Exact-oracle checks of the Poisson-channel likelihood identity (docs/poisson.md §2, §7)."""
 
 import math
 
@@ -12,17 +12,17 @@ from infodiff.count_oracles import FiniteCountOracle, GammaPriorOracle, ProductC
 from infodiff.processes import poisson as P
 
 PROBS = np.array([0.4, 0.3, 0.2, 0.1])
-ALPHA = np.linspace(-25.0, 12.0, 741)  # spec §7 grid
+ALPHA = np.linspace(-25.0, 12.0, 741)  # docs/poisson.md §7 grid
 
 
 def test_quadrature_nll_toy_including_zero():
-    """int mprl(x, gamma) dgamma = -log P(x) to 1e-4 on {0, 1, 2, 5} (spec §7: 0.91629, ...)."""
+    """int mprl(x, gamma) dgamma = -log P(x) to 1e-4 on {0, 1, 2, 5} (docs/poisson.md §7: 0.91629, ...)."""
     o = FiniteCountOracle([0.0, 1.0, 2.0, 5.0], PROBS)
     got = o.quadrature_nll(o.support, ALPHA)
     np.testing.assert_allclose(got, -np.log(PROBS), atol=1e-4, rtol=0)
     np.testing.assert_allclose(np.dot(PROBS, got), o.entropy(), atol=1e-4)
     np.testing.assert_allclose(o.entropy(), 1.27985, atol=1e-5)
-    # x = 0: mprl(0, gamma) = E[X | Z = 0] = -(d/dgamma) log E[e^{-gamma X}] (spec §2.3).
+    # x = 0: mprl(0, gamma) = E[X | Z = 0] = -(d/dgamma) log E[e^{-gamma X}] (docs/poisson.md §2.3).
     g = 0.37
     mgf = lambda t: np.dot(PROBS, np.exp(-t * o.support[:, 0]))
     deriv = -(np.log(mgf(g + 1e-6)) - np.log(mgf(g - 1e-6))) / 2e-6
@@ -30,7 +30,7 @@ def test_quadrature_nll_toy_including_zero():
 
 
 def test_quadrature_nll_scaled_toy():
-    """Same pmf on {1, 1.2, 1.4, 2}: identical values (scale invariance, spec §1)."""
+    """Same pmf on {1, 1.2, 1.4, 2}: identical values (scale invariance, docs/poisson.md §1)."""
     sc = P.CountScaling(5)
     o = FiniteCountOracle(sc.scale(np.array([0, 1, 2, 5])), PROBS)
     np.testing.assert_allclose(o.quadrature_nll(o.support, ALPHA), -np.log(PROBS), atol=1e-4, rtol=0)
@@ -51,7 +51,7 @@ def test_resolved_bound_is_an_upper_bound():
 
 
 def test_tgr_matches_direct_posterior_mean():
-    """Turing-Good-Robbins ratio = direct posterior mean (spec §7: 7e-14 at gamma = 0.7)."""
+    """Turing-Good-Robbins ratio = direct posterior mean (docs/poisson.md §7: 7e-14 at gamma = 0.7)."""
     o = FiniteCountOracle([0.0, 1.0, 2.0, 5.0], PROBS)
     z = np.arange(0, 25)[:, None]
     assert np.max(np.abs(o.posterior_mean_tgr(z, 0.7) - o.posterior_mean_np(z, 0.7))) < 1e-12

@@ -1,4 +1,4 @@
-"""Synthetic count laws of ItDPDM (spec §5.1): exact pmfs, entropies, oracles, Wasserstein-1."""
+"""Synthetic count laws of ItDPDM (docs/poisson.md §5.1): exact pmfs, entropies, oracles, Wasserstein-1."""
 
 import math
 
@@ -33,7 +33,7 @@ def test_entropies_match_independent_formulas():
         p = p / p.sum()
         q = p[p > 0]
         np.testing.assert_allclose(cs.get_distribution(name).entropy, -np.sum(q * np.log(q)), rtol=1e-10)
-    # Spec §5.1 reference values (computed independently).
+    # docs/poisson.md §5.1 reference values (computed independently).
     assert abs(cs.get_distribution("zip").entropy - 1.258) < 5e-4
     assert abs(cs.get_distribution("zipf").entropy - 1.960) < 5e-4
     assert abs(cs.get_distribution("bnb").entropy - 3.60) < 5e-3

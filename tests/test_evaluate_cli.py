@@ -31,7 +31,7 @@ def test_oracle_tabular_cli_from_file(tmp_path):
     assert "-log p(x), nats per sequence" in r.stdout and "coupled" in r.stdout
     rep = json.loads((out / "report.json").read_text())
     assert (out / "report.txt").exists()
-    assert rep["kind"] == "oracle" and rep["num_sequences"] == 4
+    assert rep["kind"] == "oracle" and rep["num_items"] == 4 and rep["process"]["name"] == "masked"
     names = [u["estimator"] for u in rep["results"]["unconditional"]]
     assert names == ["t_dce", "lambda_dce", "k_dce", "time_free", "stratified"]
     for section in ("unconditional", "conditional"):

@@ -7,7 +7,8 @@ import jax
 import numpy as np
 import pytest
 
-from infodiff import experiments, likelihood as lk, oracles
+import experiments
+from infodiff import likelihood as lk, oracles
 from infodiff.data import text as text_data
 
 
@@ -72,8 +73,8 @@ def test_markov_and_variance_experiments_run(tmp_path):
 
     cfg = _tiny(exp_variance.get_config())
     cfg.toy.update(dict(num_train=500, num_valid=50, num_pairs=4, num_mc=4))
-    cfg.variance.update(dict(num_pairs=3, reps=3, budgets="32", estimators="time_free,stratified",
-                             ratio_samples="5", ratio_reps=3, vpf_passes=256, batch_size=2048))
+    cfg.variance.update(dict(num_pairs=3, reps=3, budgets=(32,), estimators=("time_free", "stratified"),
+                             ratio_samples=(5,), ratio_reps=3, vpf_passes=256, batch_size=2048))
     res = experiments.run(cfg, str(tmp_path / "variance"))
     vpf = res["variance_per_forward_pass"]
     assert set(vpf) == {"dna128", "markov4_conditional"}

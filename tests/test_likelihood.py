@@ -113,7 +113,7 @@ def _exact_subset_sum(oracle, x_L):
 
 
 def test_identity_holds_exactly_by_enumeration(tabular, markov2):
-    """Time-free / k-DCE identity to float32 round-off, no Monte Carlo (spec §12.4)."""
+    """Time-free / k-DCE identity to float32 round-off, no Monte Carlo (docs/discrete_diffusion.md §12.4)."""
     for orc, x in [(tabular, tabular.sample(np.random.default_rng(7), 2)),
                    (markov2, markov2.sample(np.random.default_rng(7), 2, length=7))]:
         for row in x:
@@ -148,8 +148,8 @@ def test_t_dce_exact_boundaries_matter_and_are_unbiased(tabular):
                  num_samples=4096)
     _assert_unbiased(est, truth, "t_dce eps=0.2 exact boundaries")
     spec = masked.MaskSpec("t_dce", sched, exact_boundaries=False)
-    vals = lk._run(tabular, x[None], np.ones(x.shape, bool), jax.random.PRNGKey(9), spec,
-                   tabular.vocab_size, 4096, 1024, False)[0]
+    vals = lk.estimate(masked.MaskedProcess(spec, tabular.vocab_size), tabular, x[None],
+                       np.ones(x.shape, bool), jax.random.PRNGKey(9), 4096, 1024)[0]
     interior = vals.mean(1)
     se = vals.std(1, ddof=1) / np.sqrt(vals.shape[1])
     assert np.all((truth - interior) / se > 4), "interior-only t-DCE should miss the boundaries"

@@ -109,7 +109,7 @@ def test_finite_T_elbo_is_an_upper_bound_that_tightens():
 
     def finite_T(T, key):
         spec = masked.MaskSpec("t_dce", schedules.LinearSchedule(), finite_T=T)
-        vals = lk._run(tab, x[None], tgt, jax.random.PRNGKey(key), spec, 4, 8192, 4096, False)[0]
+        vals = lk.estimate(masked.MaskedProcess(spec, 4), tab, x[None], tgt, jax.random.PRNGKey(key), 8192, 4096)[0]
         return vals.mean(1), vals.std(1, ddof=1) / np.sqrt(vals.shape[1])
 
     m2, s2 = finite_T(2, 1)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from infodiff import oracles
+from infodiff.validation import validate_tokens
 
 
 def _enumerated(mk, L):
@@ -151,4 +152,4 @@ def test_alphabet_and_length_errors():
     with pytest.raises(ValueError, match="repeats the symbol 'A'"):
         oracles.TabularOracle.from_json({"AB": 1.0}, alphabet="AAB")
     with pytest.raises(ValueError, match="zero-length"):
-        oracles.validate_tokens(np.zeros((2, 0), np.int32), 4)
+        validate_tokens(np.zeros((2, 0), np.int32), 4)

@@ -1,4 +1,5 @@
-"""End-to-end tests of infodiff.poisson_training (train -> checkpoint -> resume -> evaluate, CLI)."""
+"""End-to-end Poisson diffusion: the Poisson task of infodiff.tasks trained by infodiff.training
+(train -> checkpoint -> resume) and evaluated by infodiff.poisson_training (CLI and library)."""
 
 import json
 import os
@@ -10,8 +11,9 @@ import numpy as np
 import pytest
 
 from configs import poisson_common
-from infodiff import poisson_training as pt
-from infodiff import training as tr_lib
+from infodiff import evaluation
+from infodiff import likelihood as lk
+from infodiff import tasks, training
 from infodiff.data import counts as counts_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,7 +49,7 @@ def _pmf_data(seed=0):
     for i, (k, n) in enumerate((("train", 256), ("valid", 64), ("test", 64))):
         rng = np.random.default_rng([seed, i])
         splits[k] = rng.choice(5, size=(n, 2), p=probs).astype(np.int32)
-    return counts_lib._make("toy", splits, (2,), 4, "toy pmf"), probs
+    return counts_lib.make_dataset("toy", splits, (2,), 4, "toy pmf"), probs
 
 
 def _params_equal(a, b):
@@ -55,9 +57,12 @@ def _params_equal(a, b):
     return len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb))
 
 
+def _train(cfg, workdir, data=None, **kwargs):
+    return training.train(tasks.make_task(cfg, data=data), str(workdir), **kwargs)
+
+
 def _restore(cfg, workdir, data=None):
-    den, state, meta, _, _ = pt.load_trained(cfg, str(workdir), data=data)
-    return state, meta
+    return training.load_checkpoint(str(workdir), tasks.make_task(cfg, data=data))
 
 
 def test_untrained_prior_init_nll_matches_independent_entropy(tmp_path):
@@ -65,35 +70,42 @@ def test_untrained_prior_init_nll_matches_independent_entropy(tmp_path):
     training marginals, so the estimated NLL equals the exact cross-entropy within 4 SE."""
     data, probs = _pmf_data()
     cfg = _tiny_config(**{"train.num_steps": 0, "eval.num_samples": 32, "eval.num_generate": 0})
-    pt.train_and_evaluate(cfg, str(tmp_path / "w"), data=data)
-    den, _, _, _, scaling = pt.load_trained(cfg, str(tmp_path / "w"), data=data)
+    result = _train(cfg, tmp_path / "w", data)
+    assert result["step"] == 0 and len(result["proposal"]) == 3
+    task = tasks.make_task(cfg, data=data)
+    state, _ = training.load_checkpoint(str(tmp_path / "w"), task)
+    den, scaling = task.denoiser(state.ema_params), task.scaling
     # EMA == params at step 0; prior_logits = log of the smoothed training histogram
-    q = np.exp(pt.empirical_prior_logits(data.flat("train"), 5)).astype(np.float64)
+    q = np.exp(tasks.empirical_prior_logits(data.flat("train"), 5)).astype(np.float64)
     x = data.flat("test")
     exact = -(np.log(q[0][x[:, 0]]) + np.log(q[1][x[:, 1]]))
-    prop = pt.proposal(cfg, scaling.scale(data.flat("train")), scaling)
-    est = pt._run_nll(cfg, den, scaling.scale(x), scaling, prop, jax.random.key(3))
-    err = est.nll - exact
+    prop = tasks.poisson_proposal(cfg, scaling.scale(data.flat("train")), scaling)
+    assert list(prop) == result["proposal"]
+    est = lk.nll(den, scaling.scale(x), jax.random.key(3), num_samples=int(cfg.eval.num_samples),
+                 process=tasks.poisson_estimation_process(cfg, scaling, prop))
+    err = est.mean - exact
     se = np.sqrt(np.sum(est.stderr**2)) / len(x)
     assert abs(err.mean()) < 4 * se, (err.mean(), se)
 
 
 def test_bad_inputs(tmp_path):
     data, _ = _pmf_data()
-    bad = counts_lib._make("toy", {"train": np.full((64, 2), 7, np.int32), "valid": data.valid,
+    bad = counts_lib.make_dataset("toy", {"train": np.full((64, 2), 7, np.int32), "valid": data.valid,
                                    "test": data.test}, (2,), 4, "bad")
     with pytest.raises(ValueError, match=r"exceeds max_count = 4"):
-        pt.train_and_evaluate(_tiny_config(), str(tmp_path / "b"), data=bad)
-    neg = counts_lib._make("toy", {"train": np.full((64, 2), -1, np.int32), "valid": data.valid,
+        _train(_tiny_config(), tmp_path / "b", bad)
+    neg = counts_lib.make_dataset("toy", {"train": np.full((64, 2), -1, np.int32), "valid": data.valid,
                                    "test": data.test}, (2,), 4, "neg")
     with pytest.raises(ValueError, match="-1"):
-        pt.train_and_evaluate(_tiny_config(), str(tmp_path / "n"), data=neg)
+        _train(_tiny_config(), tmp_path / "n", neg)
     with pytest.raises(ValueError, match="workdir"):
-        pt.train_and_evaluate(_tiny_config(), "", data=data)
+        _train(_tiny_config(), "", data)
     with pytest.raises(ValueError, match="proposal='nope'"):
-        pt.train_and_evaluate(_tiny_config(**{"process.proposal": "nope"}), str(tmp_path / "p"), data=data)
+        _train(_tiny_config(**{"process.proposal": "nope"}), tmp_path / "p", data)
+    with pytest.raises(ValueError, match="config.data.distribution='nope'"):
+        tasks.make_task(_tiny_config(**{"data.distribution": "nope"})).data
     with pytest.raises(FileNotFoundError, match="no checkpoints"):
-        pt.load_trained(_tiny_config(), str(tmp_path / "nothing"), data=data)
+        training.load_checkpoint(str(tmp_path / "nothing"), tasks.make_task(_tiny_config(), data=data))
 
 
 # Overrides shared by the CLI run and the in-process run (a tiny synthetic problem).
@@ -118,9 +130,9 @@ def test_cli_train_then_library_resume_is_bit_identical_and_evaluate(tmp_path):
     for k, v in _OVER.items():
         sec, key = k.split(".")
         cfg[sec][key] = v
-    part = pt.train_and_evaluate(cfg, str(tmp_path / "part"), stop_at_step=2)
+    part = _train(cfg, tmp_path / "part", stop_at_step=2)
     assert part["step"] == 2
-    resumed = pt.train_and_evaluate(cfg, str(tmp_path / "part"))
+    resumed = _train(cfg, tmp_path / "part")
     assert resumed["step"] == 4 and np.isfinite(resumed["valid"]["loss"])
     sa, _ = _restore(cfg, wd)
     sb, meta = _restore(cfg, tmp_path / "part")
@@ -136,18 +148,21 @@ def test_cli_train_then_library_resume_is_bit_identical_and_evaluate(tmp_path):
     for k, v in dict(_OVER, **{"model.hidden": 32}).items():
         sec, key = k.split(".")
         bad[sec][key] = v
-    with pytest.raises(tr_lib.ConfigMismatchError, match="model.hidden"):
-        pt.train_and_evaluate(bad, str(tmp_path / "part"))
+    with pytest.raises(training.ConfigMismatchError, match="model.hidden"):
+        _train(bad, tmp_path / "part")
 
     r = subprocess.run([sys.executable, "evaluate.py", "--workdir", wd, "--config.eval.num_samples=4",
                         "--config.eval.num_generate=100", "--config.eval.sample_steps=20"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.load(open(os.path.join(wd, "report.json")))
-    assert rep["kind"] == "poisson_network" and rep["data"]["num_examples"] == 64
-    assert np.isfinite(rep["nll_nats_per_example"]) and rep["nll_stderr"] > 0
-    assert rep["exact_entropy_nats_per_example"] > 0 and rep["wasserstein1"] >= 0
-    assert os.path.exists(os.path.join(wd, "samples.png")) and "bits per dim" in r.stdout
+    assert rep["version"] == evaluation.REPORT_VERSION and rep["kind"] == "network"
+    assert rep["process"]["name"] == "poisson" and rep["data"]["num_items"] == 64
+    assert rep["units"]["bits"] == "bits per dimension" and rep["units"]["tokens_per_item"] == 1
+    assert np.isfinite(rep["nll"]) and rep["nll_stderr"] > 0 and rep["stderr_data_and_mc"] > 0
+    assert abs(rep["terms"]["total"] - rep["nll"]) < 1e-9
+    assert rep["extras"]["exact_entropy_nats_per_example"] > 0 and rep["extras"]["wasserstein1"] >= 0
+    assert os.path.exists(os.path.join(wd, "samples.png")) and "bits per dimension" in r.stdout
     # a typo in an override is an error (locked config)
     r = subprocess.run([sys.executable, "evaluate.py", "--workdir", wd, "--config.eval.num_sample=4"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
@@ -159,13 +174,15 @@ def test_oracle_mode_matches_exact_entropy_and_increment_sampler_beats_paper():
     c = oracle_poisson.get_config()
     c.data.distribution = "zip"
     c.eval.num_examples, c.eval.num_samples = 100, 32
-    c.eval.num_generate, c.eval.sampler_steps = 2000, "100"
-    rep = pt.evaluate_oracle(c)
+    c.eval.num_generate, c.eval.sampler_steps = 2000, (100,)
+    rep = evaluation.evaluate_oracle(c)
     # exact denoiser: the MC estimate equals the exact -log p(x) of the same samples within 4 SE
-    assert abs(rep["bias"]) < 4 * rep["bias_stderr_mc"], rep
-    row = rep["samplers"][0]
-    # TV of an exact sample of 4000 draws is ~tv_noise_floor; the increment sampler is close to it,
-    # the paper-literal Algorithm 2 is biased (spec §4.4 table: 0.10 at T = 100 on another pmf)
-    assert row["tv_increment"] < 3 * rep["tv_noise_floor"] + 0.01
-    assert row["tv_paper"] > row["tv_increment"] + 0.05
-    assert "samplers with the exact denoiser" in pt.format_report(rep)
+    row = rep["results"]["unconditional"][0]
+    assert abs(row["bias"]) < 4 * row["bias_stderr"], rep
+    assert rep["exact_entropy_nats"] > 0 and rep["process"]["name"] == "poisson"
+    s = rep["results"]["samplers"][0]
+    # TV of an exact sample of 2000 draws is ~tv_of_exact_sample; the increment sampler is close
+    # to it, the paper-literal Algorithm 2 is biased (docs/poisson.md §4.4: 0.10 at T = 100)
+    assert s["tv"]["increment"][0] < 3 * s["tv_of_exact_sample"] + 0.01
+    assert s["tv"]["paper"][0] > s["tv"]["increment"][0] + 0.05
+    assert "sampler total variation" in evaluation.format_report(rep)

@@ -50,7 +50,7 @@ def test_md4_shift_and_sedd_loglinear_values():
     assert float(lin.alpha(jnp.float32(0.0))) == pytest.approx(1 - 1e-4)
     assert float(lin.alpha(jnp.float32(1.0))) == pytest.approx(1e-4)
     ll = schedules.LogLinearSchedule(eps=1e-3)
-    # spec §2.2: at t = 1, lambda = 0.999, sigma_bar = 6.9078, sigma = 999
+    # docs/discrete_diffusion.md §2.2: at t = 1, lambda = 0.999, sigma_bar = 6.9078, sigma = 999
     assert float(ll.mask_prob(jnp.float32(1.0))) == pytest.approx(0.999, rel=1e-6)
     assert float(ll.sigma_bar(jnp.float32(1.0))) == pytest.approx(6.9078, rel=1e-4)
     assert float(ll.sigma(jnp.float32(1.0))) == pytest.approx(999.0, rel=1e-4)

@@ -193,7 +193,7 @@ def test_log_score_matches_enumeration(case, graph):
 
 @pytest.mark.parametrize("case", ["tabular", "markov2", "sparse2"])
 def test_absorb_is_scaled_exact_conditional(case):
-    """Spec §5.1: at masked positions s* = a * p0(x_i = v | unmasked z), a = (1 - lam) / lam."""
+    """docs/discrete_diffusion.md §5.1: at masked positions s* = a * p0(x_i = v | unmasked z), a = (1 - lam) / lam."""
     orc, L = _case(case)
     V = orc.vocab_size
     rng = np.random.default_rng(5)

@@ -11,8 +11,9 @@ import jax
 import numpy as np
 import pytest
 
-from infodiff import training
-from tests.test_training import PHRASE, REPO, read_metrics, tiny_config
+from infodiff import tasks, training
+from infodiff.processes import score_entropy
+from tests.test_training import PHRASE, REPO, compilation_cache, read_metrics, tiny_config, toy_corpus  # noqa: F401
 
 
 def sedd_tiny(graph: str):
@@ -33,10 +34,12 @@ def sedd_tiny(graph: str):
 
 def test_sedd_model_output_and_score_param():
     c = sedd_tiny("absorb")
-    model = training.make_model(c)
-    assert model.output == "logits" and model.time_conditioning
-    params = model.init(jax.random.key(0), np.zeros((2, 16), np.int32), np.zeros(2, np.float32))["params"]
-    sm = training.make_score_model(c, model, params)
+    task = tasks.make_task(c)
+    model = task.model
+    assert isinstance(task, tasks.SeddTask) and model.output == "logits" and model.time_conditioning
+    params = task.init_params(jax.random.key(0))
+    sm = task.denoiser(params)
+    assert (sm.graph, sm.score_param, sm.vocab_size) == ("absorb", "direct", 27)
     z = np.full((2, 16), 27, np.int32)
     lam = np.array([0.25, 0.75], np.float32)
     log_s = np.asarray(sm(z, lam))
@@ -46,7 +49,27 @@ def test_sedd_model_output_and_score_param():
     c.unlock()
     c.process.score_param = "median"
     with pytest.raises(ValueError, match="score_param"):
-        training.make_model(c)
+        tasks.make_transformer(c)
+    with pytest.raises(ValueError, match=r"config.process.score_param='median'"):
+        tasks.make_task(c)
+    assert score_entropy.SCORE_PARAMS == ("direct", "mean")
+
+
+def test_sedd_resume_is_bit_identical(tmp_path):
+    c = sedd_tiny("absorb")
+    c.train.num_steps, c.train.ckpt_every, c.train.log_every = 6, 3, 3
+    full = training.train(tasks.make_task(c, data=toy_corpus()), tmp_path / "full")
+    part = training.train(tasks.make_task(c, data=toy_corpus()), tmp_path / "part", stop_at_step=3)
+    assert part["step"] == 3
+    resumed = training.train(tasks.make_task(c, data=toy_corpus()), tmp_path / "part")
+    assert full["step"] == resumed["step"] == 6 and full["valid"] == resumed["valid"]
+    task = tasks.make_task(c)
+    s_full, _ = training.load_checkpoint(tmp_path / "full", task)
+    s_res, _ = training.load_checkpoint(tmp_path / "part", task)
+    la, lb = jax.tree.leaves(s_full), jax.tree.leaves(s_res)
+    assert len(la) == len(lb) > 10
+    for a, b in zip(la, lb):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 @pytest.mark.parametrize("graph", ["absorb", "uniform"])
@@ -73,14 +96,14 @@ def test_sedd_cli_train_and_evaluate(tmp_path, graph):
                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert ev.returncode == 0, ev.stderr[-3000:]
     rep = json.loads((wd / "report.json").read_text())
-    assert rep["estimator"] == "imdse" and rep["process"]["graph"] == graph
+    assert rep["estimator"].startswith(f"imdse_{graph}:") and rep["process"]["graph"] == graph
     assert rep["process"]["lam_max"] == pytest.approx(0.999)
-    terms = rep["terms_nats_per_sequence"]
-    assert terms["diffusion"] > 0 and terms["prior"] > 0
-    assert rep["nll_nats_per_sequence"] == pytest.approx(terms["diffusion"] + terms["prior"], rel=1e-9)
-    assert 0 < rep["bits_per_char"] < 10 and rep["bits_per_char_stderr"] > 0
+    terms = rep["terms"]
+    assert terms["diffusion"] > 0 and terms["prior"] > 0 and terms["recon"] == 0
+    assert rep["nll"] == pytest.approx(terms["diffusion"] + terms["prior"], rel=1e-9)
+    assert 0 < rep["bits"] < 10 and rep["bits_stderr"] > 0 and rep["units"]["bits"] == "bits per character"
     assert len(rep["samples"]) == 2 and all(len(s) == 16 for s in rep["samples"])
-    assert "I-MDSE terms" in ev.stdout and "SEDD tweedie sampler" in ev.stdout
+    assert "terms (nats)" in ev.stdout and "SEDD tweedie sampler" in ev.stdout
     # A masked-diffusion estimator is refused for a SEDD run, before any work.
     bad = subprocess.run([sys.executable, "evaluate.py", f"--workdir={wd}", "--config.eval.estimator=k_dce"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
@@ -99,13 +122,15 @@ def test_sedd_oracle_cli(tmp_path):
                        text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads((out / "report.json").read_text())
-    assert rep["kind"] == "oracle_sedd"
+    assert rep["kind"] == "oracle" and rep["process"]["name"] == "sedd"
     rows = rep["results"]["unconditional"]
     assert [row["estimator"] for row in rows] == ["imdse_absorb:defensive", "imdse_uniform:defensive"]
     for row in rows:
         assert abs(row["bias"]) < 4 * row["bias_stderr"], row
-    for tv in rep["results"]["sampler_tv"]:
-        assert tv["tv"][1] < tv["tv"][0], tv
+    tvs = rep["results"]["samplers"][0]["tv"]
+    assert set(tvs) == {"absorb:tweedie", "uniform:tweedie"}
+    for tv in tvs.values():
+        assert tv[1] < tv[0], tv
     assert "sampler total variation" in r.stdout
     bad = subprocess.run([sys.executable, "evaluate.py", "--config", "configs/oracle_sedd_tabular.py",
                           "--config.eval.graphs=absorb,gaussian", f"--config.eval.output_dir={out}"],
@@ -124,5 +149,5 @@ def test_sedd_bad_eval_settings_fail_before_training(tmp_path, key, value, messa
     c = sedd_tiny("uniform")
     c.eval[key] = value
     with pytest.raises(ValueError, match=message):
-        training.train_and_evaluate(c, tmp_path, corpus=object())
+        training.train(tasks.make_task(c, data=object()), tmp_path)
     assert not (tmp_path / "checkpoints").exists()

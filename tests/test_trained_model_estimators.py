@@ -1,6 +1,6 @@
 """On a trained tiny time-free network, all four estimators estimate the same quantity.
 
-For a time-free denoiser c_theta every estimator has expectation sum_m E[C_m] / m (spec §6),
+For a time-free denoiser c_theta every estimator has expectation sum_m E[C_m] / m (docs/discrete_diffusion.md §6),
 so their means must agree within their combined standard errors; a trained model (not the
 zero-initialised one, for which every estimator is trivially L log V) makes this a real test.
 """
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from infodiff import likelihood as lk
-from infodiff import oracles, training
+from infodiff import oracles, tasks, training
 
 
 def _tiny_config(L, V):
@@ -28,11 +28,11 @@ def _tiny_config(L, V):
 def trained():
     tab = oracles.random_markov(np.random.default_rng(0), "ACGT", order=1, temperature=0.15, seq_len=8)
     cfg = _tiny_config(8, 4)
-    model = training.make_model(cfg)
+    task = tasks.make_task(cfg)  # its own batches below: the task's corpus is never loaded
     opt = training.make_optimizer(cfg)
     mesh = training.make_mesh()
-    state = training.init_train_state(cfg, model, opt, jax.random.PRNGKey(0), mesh)
-    step = training.make_train_step(cfg, model, opt, mesh)
+    state = training.init_train_state(task.init_params, opt, jax.random.PRNGKey(0), mesh)
+    step = training.make_train_step(task, opt, mesh)
     rng = np.random.default_rng(1)
     first = last = None
     for s in range(cfg.train.num_steps):
@@ -41,7 +41,7 @@ def trained():
         first = bpc if first is None else first
         last = bpc
     assert last < first - 0.5, (first, last)  # it learned something (bits per char)
-    return tab, training.make_denoiser(model, state.params)
+    return tab, task.denoiser(state.params)
 
 
 @pytest.mark.filterwarnings("ignore:lambda_dce has infinite variance")

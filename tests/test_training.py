@@ -1,4 +1,5 @@
-"""Tests for infodiff.training and train.py (tiny models; CPU-fast).
+"""Tests for infodiff.training (the loop, state, checkpoints), infodiff.tasks (the masked task)
+and train.py (tiny models; CPU-fast).
 
 In-process tests share one tiny config so that, with the persistent compilation cache enabled
 for this module, each distinct XLA program is compiled once. No test needs the network: the
@@ -20,12 +21,13 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from infodiff import training
+from infodiff import tasks, training
 from infodiff.data import text as text_data
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,6 +72,19 @@ def toy_corpus(n_chars: int = 20000):
     )
 
 
+def train_run(config, workdir, corpus=None, **kwargs) -> dict:
+    """`training.train` of the task of `config` on `corpus` (default: the toy corpus)."""
+    return training.train(tasks.make_task(config, data=toy_corpus() if corpus is None else corpus),
+                          workdir, **kwargs)
+
+
+def load(workdir, config=None):
+    """(state, meta) of the latest checkpoint; `config` default: the checkpoint's own."""
+    if config is None:
+        config = ml_collections.ConfigDict(training.load_meta(workdir)["config"])
+    return training.load_checkpoint(workdir, tasks.make_task(config))
+
+
 def read_metrics(workdir) -> list[dict]:
     with open(Path(workdir) / "metrics.jsonl") as f:
         return [json.loads(line) for line in f]
@@ -107,7 +122,7 @@ def _leaves_equal(a, b):
 # Learning
 # ---------------------------------------------------------------------------------------------
 def test_loss_decreases_on_learnable_stream(tmp_path):
-    result = training.train_and_evaluate(tiny_config(), tmp_path, corpus=toy_corpus())
+    result = train_run(tiny_config(), tmp_path)
     train = [r for r in read_metrics(tmp_path) if r["split"] == "train"]
     assert [r["step"] for r in train] == [10, 20, 30]
     first, last = train[0]["metrics"]["bpc"], train[-1]["metrics"]["bpc"]
@@ -129,28 +144,28 @@ def test_loss_decreases_on_learnable_stream(tmp_path):
 # ---------------------------------------------------------------------------------------------
 def test_resume_is_bit_identical(tmp_path):
     cfg, corpus = tiny_config(), toy_corpus()
-    full = training.train_and_evaluate(cfg, tmp_path / "full", corpus=corpus)
+    full = train_run(cfg, tmp_path / "full", corpus)
     assert full["step"] == 30
 
     # Interrupted run: stops at step 17 (checkpoints 10 and 17) ...
-    part = training.train_and_evaluate(cfg, tmp_path / "part", corpus=corpus, stop_at_step=17)
+    part = train_run(cfg, tmp_path / "part", corpus, stop_at_step=17)
     assert part["step"] == 17
     ckpts = tmp_path / "part" / "checkpoints"
     assert sorted(int(p.name) for p in ckpts.iterdir()) == [10, 17]
-    _, meta = training.load_checkpoint(tmp_path / "part", cfg)
+    _, meta = load(tmp_path / "part", cfg)
     assert meta["step"] == 17 and meta["data_position"] == 17 and meta["seed"] == cfg.seed
     # ... and as if it had been killed before saving 17: resume from 10 recomputes 11..17.
     shutil.rmtree(ckpts / "17")
-    resumed = training.train_and_evaluate(cfg, tmp_path / "part", corpus=corpus)
+    resumed = train_run(cfg, tmp_path / "part", corpus)
     assert resumed["step"] == 30
 
-    s_full, _ = training.load_checkpoint(tmp_path / "full", cfg)
-    s_res, _ = training.load_checkpoint(tmp_path / "part", cfg)
+    s_full, _ = load(tmp_path / "full", cfg)
+    s_res, _ = load(tmp_path / "part", cfg)
     assert int(s_full.step) == int(s_res.step) == 30
     n = _leaves_equal(s_full, s_res)  # params, EMA params, Adam moments, counts: bit-identical
     assert n > 10
     # and training actually moved the parameters away from the initialisation
-    s_init = training.init_train_state(cfg, training.make_model(cfg), training.make_optimizer(cfg),
+    s_init = training.init_train_state(tasks.make_task(cfg).init_params, training.make_optimizer(cfg),
                                        jax.random.fold_in(jax.random.key(cfg.seed), 0))
     diffs = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), s_full.params, s_init.params)
     assert max(jax.tree_util.tree_leaves(diffs)) > 1e-3
@@ -167,15 +182,15 @@ def test_resume_is_bit_identical(tmp_path):
     # Resuming with a different (non-resumable) config is an error naming the keys ...
     bad = tiny_config(**{"optim.lr": 1e-3, "model.width": 64})
     with pytest.raises(training.ConfigMismatchError, match=r"model\.width.*optim\.lr"):
-        training.train_and_evaluate(bad, tmp_path / "full", corpus=corpus)
+        train_run(bad, tmp_path / "full", corpus)
     # ... and so is resuming on different data.
     other = toy_corpus()
     other.checksums = dict(other.checksums, train="different")
     with pytest.raises(training.ConfigMismatchError, match="checksums"):
-        training.train_and_evaluate(cfg, tmp_path / "full", corpus=other)
+        train_run(cfg, tmp_path / "full", other)
     # Cadence changes are allowed: extending the run continues from step 30.
     longer = tiny_config(**{"train.num_steps": 32, "train.log_every": 1, "train.ckpt_every": 7})
-    assert training.train_and_evaluate(longer, tmp_path / "full", corpus=corpus)["step"] == 32
+    assert train_run(longer, tmp_path / "full", corpus)["step"] == 32
 
 
 def test_signal_saves_checkpoint_and_resumes(tmp_path, monkeypatch):
@@ -189,15 +204,15 @@ def test_signal_saves_checkpoint_and_resumes(tmp_path, monkeypatch):
 
     monkeypatch.setattr(text_data, "train_batch", batch_then_interrupt)
     before = signal.getsignal(signal.SIGINT)
-    result = training.train_and_evaluate(cfg, tmp_path, corpus=corpus)
+    result = train_run(cfg, tmp_path, corpus)
     assert result["interrupted"] == "SIGINT"
     assert result["step"] == 6  # step 5 completes, then the loop stops
     assert signal.getsignal(signal.SIGINT) is before  # handlers restored
-    state, meta = training.load_checkpoint(tmp_path, cfg)
+    state, meta = load(tmp_path, cfg)
     assert int(state.step) == 6 and meta["data_position"] == 6
 
     monkeypatch.setattr(text_data, "train_batch", real_batch)
-    again = training.train_and_evaluate(cfg, tmp_path, corpus=corpus)
+    again = train_run(cfg, tmp_path, corpus)
     assert again["interrupted"] is None and again["step"] == 30
 
 
@@ -210,14 +225,20 @@ def test_bad_tokens_raise(tmp_path):
     corpus.train = corpus.train.copy()
     corpus.train[123] = 27  # the MASK id must never be data
     with pytest.raises(ValueError, match=r"token id 27 .*index 123"):
-        training.train_and_evaluate(cfg, tmp_path / "a", corpus=corpus)
+        train_run(cfg, tmp_path / "a", corpus)
     corpus = toy_corpus()
     corpus.valid = corpus.valid.astype(np.int32)
     corpus.valid[7] = -3
     with pytest.raises(ValueError, match=r"validation.*token id -3"):
-        training.train_and_evaluate(cfg, tmp_path / "b", corpus=corpus)
+        train_run(cfg, tmp_path / "b", corpus)
     with pytest.raises(ValueError, match="workdir"):
-        training.train_and_evaluate(cfg, "", corpus=toy_corpus())
+        train_run(cfg, "")
+    with pytest.raises(ValueError, match=r"config.train.log_every must be >= 1; got 0"):
+        train_run(tiny_config(**{"train.log_every": 0}), tmp_path / "c")
+    c = tiny_config()
+    c.process.name = "gaussian"
+    with pytest.raises(ValueError, match=r"config.process.name='gaussian'; choose from"):
+        tasks.make_task(c)
 
 
 def test_batch_not_divisible_by_devices_raises():
@@ -241,10 +262,10 @@ def test_lr_schedule_and_optimizer():
     with pytest.raises(ValueError, match="decay"):
         training.make_lr_schedule(tiny_config(**{"optim.decay": "linear"}))
     # the denoiser wrapper: eval mode, vocab_size, hashable by identity
-    model = training.make_model(cfg)
-    state = training.init_train_state(cfg, model, training.make_optimizer(cfg), jax.random.key(0))
-    den = training.make_denoiser(model, state.params)
-    assert den.vocab_size == 27 and hash(den) == hash(den) and den != training.make_denoiser(model, state.params)
+    task = tasks.make_task(cfg)
+    state = training.init_train_state(task.init_params, training.make_optimizer(cfg), jax.random.key(0))
+    den = task.denoiser(state.params)
+    assert den.vocab_size == 27 and hash(den) == hash(den) and den != task.denoiser(state.params)
     out = jax.jit(den)(jnp.full((2, 16), 27, jnp.int32), jnp.ones((2,)))
     assert out.shape == (2, 16, 27) and out.dtype == jnp.float32
     np.testing.assert_allclose(out, -np.log(27.0), rtol=1e-6)  # zero-initialised head
@@ -272,8 +293,7 @@ _SHARDED_SCRIPT = textwrap.dedent(
     except ValueError as e:
         errors["check"] = str(e)
     try:
-        training.train_and_evaluate(T.tiny_config(**{{"train.batch_size": 6}}), {wd!r},
-                                    corpus=T.toy_corpus())
+        T.train_run(T.tiny_config(**{{"train.batch_size": 6}}), {wd!r})
     except ValueError as e:
         errors["train"] = str(e)
     print("ERRORS=" + json.dumps(errors))
@@ -284,8 +304,8 @@ _SHARDED_SCRIPT = textwrap.dedent(
 def sharded_grads(mesh) -> dict:
     """Loss, gradients and one train step's metrics of a fixed batch and state on `mesh`."""
     cfg = tiny_config(**{"optim.warmup_steps": 0})
-    model, opt = training.make_model(cfg), training.make_optimizer(cfg)
-    state = training.init_train_state(cfg, model, opt, jax.random.key(3), mesh)
+    task, opt = tasks.make_task(cfg), training.make_optimizer(cfg)
+    state = training.init_train_state(task.init_params, opt, jax.random.key(3), mesh)
     # perturb the zero-initialised head so every gradient is non-trivial
     state = state.replace(params=jax.tree.map(lambda p: p + 0.05 * jnp.cos(jnp.arange(p.size).reshape(p.shape)),
                                               state.params))
@@ -294,10 +314,10 @@ def sharded_grads(mesh) -> dict:
     repl, batch = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
     x_dev = jax.device_put(x_BxL, batch)
     assert len(x_dev.addressable_shards) == mesh.devices.size
-    grad_fn = jax.jit(jax.value_and_grad(training.make_loss_fn(cfg, model), has_aux=True),
+    grad_fn = jax.jit(jax.value_and_grad(lambda p, x, k: task.loss_fn(p, x, k, train=True), has_aux=True),
                       in_shardings=(repl, batch, repl))
     (loss, loss_B), grads = grad_fn(state.params, x_dev, key)
-    _, metrics = training.make_train_step(cfg, model, opt, mesh)(state, x_dev, key)
+    _, metrics = training.make_train_step(task, opt, mesh)(state, x_dev, key)
     out = {"loss": np.asarray(loss), "loss_B": np.asarray(loss_B),
            "grad_norm": np.asarray(metrics["grad_norm"]), "step_loss": np.asarray(metrics["loss"])}
     for path, g in jax.tree_util.tree_leaves_with_path(grads):
@@ -350,7 +370,7 @@ def test_cli_trains_and_writes_outputs(tmp_path, compilation_cache):
     saved = json.loads((wd / "config.json").read_text())
     assert saved["optim"]["lr"] == 2e-3 and saved["data"]["path"] == str(text8)
     assert "Renaming" not in proc.stderr  # orbax INFO chatter is filtered
-    state, meta = training.load_checkpoint(wd)
+    state, meta = load(wd)
     assert int(state.step) == 3 and meta["config"]["model"]["width"] == 32
 
     # a typo in an override is an error (locked config), and --workdir is required
@@ -370,9 +390,9 @@ def test_cli_trains_and_writes_outputs(tmp_path, compilation_cache):
     rep = json.loads((wd / "report.json").read_text())
     assert rep["kind"] == "network" and rep["estimator"] == "k_dce"
     assert rep["checkpoint_step"] == 3 and rep["params"] == "ema"
-    assert rep["num_samples_per_sequence"] == 3 and rep["data"]["num_sequences"] == 40
-    assert rep["forward_passes"] == 120 and rep["data"]["seq_len"] == 16
-    assert 0 < rep["bits_per_char"] < 10 and rep["bits_per_char_stderr"] > 0
+    assert rep["num_samples_per_item"] == 3 and rep["data"]["num_items"] == 40
+    assert rep["forward_passes"] == 120 and rep["data"]["item_size"] == 16
+    assert 0 < rep["bits"] < 10 and rep["bits_stderr"] > 0 and rep["units"]["tokens_per_item"] == 16
     assert rep["stderr_kind"].startswith("data+mc")
     assert "bits per character" in ev.stdout and (wd / "report.txt").exists()
     # Evaluating with another config than the run's is refused, naming the keys.
@@ -394,7 +414,23 @@ def test_config_differences_new_keys():
 
 def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
     c = tiny_config(**{"train.num_steps": 4, "train.ckpt_every": 2})
-    training.train_and_evaluate(c, tmp_path, corpus=toy_corpus())
+    train_run(c, tmp_path)
     (tmp_path / "checkpoints" / "4" / "meta" / "metadata").write_bytes(b"\xff\xfe garbage")
-    with pytest.raises(training.CheckpointError, match=r"step 4 .* older checkpoints: \[2\]"):
-        training.load_checkpoint(tmp_path)
+    # every restore path (evaluation, metadata only, resuming) reports the same clear error
+    for read in (lambda: load(tmp_path, c), lambda: training.load_meta(tmp_path),
+                 lambda: train_run(c, tmp_path)):
+        with pytest.raises(training.CheckpointError, match=r"step 4 .* older checkpoints: \[2\]"):
+            read()
+    with pytest.raises(FileNotFoundError, match="no checkpoints"):
+        training.load_meta(tmp_path / "nothing")
+
+
+def test_public_api_has_no_private_names():
+    import infodiff.training.checkpoint
+    import infodiff.training.loop
+    import infodiff.training.state
+
+    for mod in (training, tasks, infodiff.training.state, infodiff.training.checkpoint, infodiff.training.loop):
+        assert not [n for n in mod.__all__ if n.startswith("_")], mod.__name__
+        assert all(hasattr(mod, n) for n in mod.__all__), mod.__name__
+    assert isinstance(tasks.make_task(tiny_config()), tasks.MaskedTask)

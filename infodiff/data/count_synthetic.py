@@ -1,10 +1,10 @@
 """Synthetic count distributions of ItDPDM's experiments, with exact pmfs, entropies and oracles.
 
 Source: arXiv 2505.05082 Sec. 5.1, App. C.1 (Table 5 parameters) and App. C.5 (2-D);
-shared/specs/poisson.md §5.1. Every law is TRUNCATED to {0..max_count} per coordinate
+docs/poisson.md §5.1. Every law is TRUNCATED to {0..max_count} per coordinate
 (default 50: "most distributions are truncated at 50") and RENORMALISED; `truncated_mass`
 records the probability the untruncated law puts beyond max_count. Conventions we had to choose
-(the paper does not state them; spec §5.1):
+(the paper does not state them; docs/poisson.md §5.1):
 
   name        law (scipy conventions)                                      untruncated mass > 50
   poissmix    0.5 Pois(1) + 0.5 Pois(100)   (weights not stated: equal)    ~0.5  (!)
@@ -19,9 +19,9 @@ records the probability the untruncated law puts beyond max_count. Conventions w
 (!) With truncation at 50 the lambda = 100 Poisson component and NB(10, 0.1) (mean 90) are
 mostly cut off, so "poissmix" at max_count = 50 is essentially Pois(1): pass a larger max_count
 (e.g. 200) to keep the second mode. The paper's "True NLL" column is not reproducible
-(spec §5.1); use `entropy` here. Entropies at max_count = 50 (nats): poissmix 1.3048,
+(docs/poisson.md §5.1); use `entropy` here. Entropies at max_count = 50 (nats): poissmix 1.3048,
 zip 1.2583, nbinommix 0.5001, bnb 3.6046, zipf 1.9599, yulesimon 1.2020, bivariate_poisson
-4.1873, gamma_poisson 3.6288 (spec §5.1 quotes zip 1.258, zipf 1.960, bnb 3.60 truncated).
+4.1873, gamma_poisson 3.6288 (docs/poisson.md §5.1 quotes zip 1.258, zipf 1.960, bnb 3.60 truncated).
 
 get_distribution(name, max_count=50) -> CountDistribution with support (raw counts), probs,
 entropy (property; nats, exact for the truncated pmf), sample(rng, n), oracle(scaling=None, dim=None).

@@ -1,4 +1,4 @@
-"""Integer count data sets for Poisson diffusion (ItDPDM; spec ``poisson.md`` §5.2).
+"""Integer count data sets for Poisson diffusion (ItDPDM; ``docs/poisson.md`` §5.2).
 
 Every loader returns a :class:`CountDataset`: integer (non-negative) numpy arrays with fixed,
 seeded train / valid / test splits and a sha256 per split. Nothing here is installed: the raw
@@ -82,6 +82,7 @@ __all__ = [
     "NAMES",
     "SPLIT_SEED",
     "CountDataset",
+    "make_dataset",
     "CorpusCacheError",
     "load_counts",
     "load_digits",
@@ -158,7 +159,7 @@ class CountDataset:
         values in ``[0, max_count]``.
       event_shape: shape of one example, e.g. ``(8, 8)``.
       max_count: the largest value the data can take (16 digits, 255 Fashion-MNIST, 77 randhie
-        (observed maximum), 4 chorales); used to scale the data to [1, 2] (spec §1).
+        (observed maximum), 4 chorales); used to scale the data to [1, 2] (docs/poisson.md §1).
       checksums: ``{"train"|"valid"|"test": split_sha256(split)}``.
       description: provenance and split rule.
     """
@@ -194,7 +195,10 @@ class CountDataset:
         return {k: int(getattr(self, k).shape[0]) for k in SPLIT_NAMES}
 
 
-def _make(name, splits, event_shape, max_count, description, checksums=None) -> CountDataset:
+def make_dataset(name: str, splits: dict, event_shape, max_count: int, description: str,
+                 checksums: dict | None = None) -> CountDataset:
+    """A read-only :class:`CountDataset` from ``splits`` (``{"train"|"valid"|"test": int array
+    [N, *event_shape]}``); ``checksums`` default to :func:`split_sha256` of each split."""
     arrays = {}
     for k in SPLIT_NAMES:
         a = np.ascontiguousarray(splits[k])
@@ -434,14 +438,14 @@ def _load_cached(name: str, root: str) -> CountDataset:
                     f"count-data cache file {p} is corrupt: sha256 {actual} does not match the "
                     f"manifest's {manifest['checksums'][k]}; {fix}")
             splits[k] = arr
-        return _make(name, splits, manifest["event_shape"], manifest["max_count"],
+        return make_dataset(name, splits, manifest["event_shape"], manifest["max_count"],
                      manifest["description"], manifest["checksums"])
     # build
     splits, shape, max_count, desc, _ = _BUILDERS[name](root)
     os.makedirs(d, exist_ok=True)
     for k in SPLIT_NAMES:
         _atomic_save_npy(os.path.join(d, f"{k}.npy"), splits[k])
-    ds = _make(name, splits, shape, max_count, desc)
+    ds = make_dataset(name, splits, shape, max_count, desc)
     manifest = dict(_header(name), event_shape=list(shape), max_count=int(max_count),
                     description=desc, sizes=ds.sizes, checksums=ds.checksums)
     _atomic_write_bytes(mpath, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
@@ -542,7 +546,7 @@ def load_chorales(path: str | None = None, window: int = 32) -> CountDataset:
             raise ValueError(f"{path}: the {k} split has no window of length {window}")
     desc = (f"Bach chorales (music21 corpus) voice-count rolls, {P} pitches from MIDI "
             f"{low_pitch}, eighth-note steps, windows of {window}; split by chorale")
-    return _make("chorales", splits, (P, window), 4, desc)
+    return make_dataset("chorales", splits, (P, window), 4, desc)
 
 
 def load_counts(name: str, cache_dir: str | None = None, **kwargs: Any) -> CountDataset:

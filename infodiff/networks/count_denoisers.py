@@ -1,6 +1,6 @@
 """Denoisers for Poisson diffusion (ItDPDM): networks that estimate E[X | Z_gamma = z].
 
-Contract (spec ``poisson.md`` §4.1, shared with the exact oracles in
+Contract (``docs/poisson.md`` §4.1, shared with the exact oracles in
 ``infodiff.count_oracles``): ``denoiser(z_BxD, alpha_B) -> xhat_BxD`` with
 
 * ``z_BxD``: raw Poisson counts ``Z ~ Pois(gamma x)`` (float32 or int, >= 0), one row per example,
@@ -10,7 +10,7 @@ Contract (spec ``poisson.md`` §4.1, shared with the exact oracles in
   mapped to ``[low, high]``, default [1, 2], by ``infodiff.processes.poisson.CountScaling``),
   strictly positive.
 
-Network input (spec §4.1): ``z~ = z / (1 + gamma)`` (``poisson.network_input``) divided by
+Network input (docs/poisson.md §4.1): ``z~ = z / (1 + gamma)`` (``poisson.network_input``) divided by
 ``high`` (model-input normalisation to about [0, 1], the paper's best "Mn"), and a sinusoidal
 embedding of ``alpha = log gamma`` (not gamma: it spans ~18 orders of magnitude).
 
@@ -27,13 +27,13 @@ Heads (``head=``):
     terms constant in k) is added analytically. With ``f = 0`` and ``prior_logits`` the true log
     marginal this is the exact posterior mean of a one-dimensional (or independent) pmf;
     generally it keeps ``xhat`` inside ``[s_0, s_{K-1}]`` and makes high-SNR outputs land
-    exactly on the lattice, which removes the high-SNR sensitivity of the NLL (spec §3.4).
+    exactly on the lattice, which removes the high-SNR sensitivity of the NLL (docs/poisson.md §3.4).
 ``"sigmoid"``
-    ``low + (high - low) * sigmoid(f)`` (spec §4.1 option for [1, 2] data).
+    ``low + (high - low) * sigmoid(f)`` (docs/poisson.md §4.1 option for [1, 2] data).
 ``"softplus"``
-    ``softplus(f) + 1e-4`` (spec §4.1; third-party reimplementation).
+    ``softplus(f) + 1e-4`` (docs/poisson.md §4.1; third-party reimplementation).
 
-Architectures (spec §4.2):
+Architectures (docs/poisson.md §4.2):
 
 * :class:`CountMLP` — scalar / low-dimensional counts: the paper's synthetic "ConditionalMLP",
   3 layers of 64 units, LayerNorm, LeakyReLU(0.2), SNR embedding projected to 64 with SiLU.
@@ -128,7 +128,7 @@ def head_mean(out: jax.Array, z_BxD: jax.Array, alpha_B: jax.Array, head: str,
 
 
 def _input(z_BxD: jax.Array, alpha_B: jax.Array, high: float) -> jax.Array:
-    """z / (1 + gamma) / high (spec §4.1 input, normalised to about [0, 1]); float32."""
+    """z / (1 + gamma) / high (docs/poisson.md §4.1 input, normalised to about [0, 1]); float32."""
     gamma = jnp.exp(jnp.asarray(alpha_B, jnp.float32))[:, None]
     return jnp.asarray(z_BxD, jnp.float32) / (1.0 + gamma) / high
 
@@ -146,7 +146,7 @@ class _HeadMixin:
 
 
 class CountMLP(nn.Module, _HeadMixin):
-    """Paper's synthetic ConditionalMLP (spec §4.2) for ``D``-dimensional counts.
+    """Paper's synthetic ConditionalMLP (docs/poisson.md §4.2) for ``D``-dimensional counts.
 
     ``__call__(z_BxD, alpha_B) -> xhat_BxD`` (contract in the module docstring).
 

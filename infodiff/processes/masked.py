@@ -11,7 +11,7 @@ Every estimator of -log p(x0) used here has the form
     weight * sum_{i masked} -log c(z)_{i, x0_i}                                      (*)
 
 with a random mask and a weight; only the mask law and the weight differ
-(shared/specs/masked_and_score_entropy.md §6; arXiv 2510.24088 Eqs. 13, 15):
+(docs/discrete_diffusion.md §6; arXiv 2510.24088 Eqs. 13, 15):
 
   =============  =====================================================  ====================
   name           mask law                                                weight
@@ -55,6 +55,8 @@ import numpy as np
 import scipy.special
 
 from infodiff import schedules as schedules_lib
+from infodiff.denoisers import NoParams
+from infodiff.validation import validate_tokens
 
 Denoiser = Callable[[jax.Array, jax.Array], jax.Array]
 
@@ -281,6 +283,91 @@ def draw_masks(spec: MaskSpec, key: jax.Array, target_BxL: jax.Array):
 # ---------------------------------------------------------------------------------------------
 # Training objective
 # ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class MaskNoise:
+    """One mask per row: ``mask_RxL`` bool, ``t_R`` float32 (time fed to the denoiser),
+    ``weight_R`` float32 (the estimator's weight). A pytree (registered below)."""
+
+    mask: jax.Array
+    t: jax.Array
+    weight: jax.Array
+
+
+jax.tree_util.register_dataclass(MaskNoise, data_fields=["mask", "t", "weight"], meta_fields=[])
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskedProcess:
+    """Masked (absorbing) diffusion as a :class:`infodiff.processes.base.Process`.
+
+    ``spec`` chooses the mask law and weight (``MaskSpec.name``: a training objective or an
+    estimator); ``vocab_size`` V real tokens, MASK id V. The integrand is
+    ``weight * sum_{masked} -log c(z)_{i, x_i}`` (module docstring, Eq. (*)), nats per sequence;
+    a row without masks contributes 0 even where its weight is infinite (t = 0 exactly).
+    """
+
+    spec: MaskSpec
+    vocab_size: int
+    chunk_order: str = "rows"
+    denoiser_inputs: str = "(z_BxL int32, t_B float32) -> logprobs_BxLxV"
+
+    @property
+    def estimator(self) -> str:
+        return self.spec.name
+
+    @property
+    def infinite_variance(self) -> bool:
+        """lambda_dce always; t_dce when the schedule reaches lambda = 0 at t = 0 (weight ~ 1/t)."""
+        return self.spec.name == "lambda_dce" or (
+            self.spec.name == "t_dce" and self.spec.schedule.lambda_min <= 0.0)
+
+    def draw_noise(self, key, target_RxL, sample_R=None) -> MaskNoise:
+        del sample_R
+        mask, t, w = draw_masks(self.spec, key, target_RxL)
+        return MaskNoise(mask, t, w)
+
+    def integrand(self, apply_fn, params, x_RxL, noise: MaskNoise, target_RxL=None):
+        del target_RxL  # the mask is inside the target already
+        V = self.vocab_size
+        z = corrupt(x_RxL, noise.mask, V)
+        logprobs = apply_fn(params, z, noise.t)
+        if logprobs.shape != (x_RxL.shape[0], x_RxL.shape[1], V):
+            raise ValueError(
+                f"the denoiser returned shape {logprobs.shape}, expected {(x_RxL.shape[0], x_RxL.shape[1], V)} "
+                f"(vocab_size={V} does not match the denoiser?)")
+        ce = masked_cross_entropy(logprobs, x_RxL, noise.mask)
+        return jnp.where(noise.mask.any(-1), noise.weight * ce, 0.0)
+
+    def exact_terms(self, apply_fn, params, x_BxL, target_BxL, batch_size) -> dict:
+        return {}
+
+    def passes_per_sample(self, target_BxL) -> int:
+        """n (the common target count) for 'stratified', else 1. ValueError if the rows of a
+        stratified estimate have different target counts."""
+        return rows_per_sample(self.spec, target_BxL)
+
+    def validate(self, x):
+        return validate_tokens(x, self.vocab_size)
+
+    def check_target(self, target_BxL) -> None:
+        return None
+
+
+def rows_per_sample(spec: MaskSpec, target_BxL) -> int:
+    """Forward passes per Monte Carlo sample: n (the common target count) for 'stratified',
+    else 1. Needs a concrete target array for 'stratified'; raises ValueError if its rows
+    have different target counts."""
+    if spec.name != "stratified":
+        return 1
+    counts = np.unique(np.asarray(target_BxL).sum(axis=-1))
+    if len(counts) != 1 or counts[0] < 1:
+        raise ValueError(
+            "the stratified estimator needs the same number (>= 1) of target positions in every "
+            f"row; got counts {counts.tolist()}"
+        )
+    return int(counts[0])
+
+
 def diffusion_loss(
     denoiser: Denoiser,
     x_BxL: jax.Array,
@@ -299,19 +386,17 @@ def diffusion_loss(
       vocab_size: V; the mask id is V.
       target_BxL: optional bool mask of positions that may be masked (default: all).
     Returns:
-      loss_B float32, nats per sequence: weight * sum of masked cross-entropies. With
-      t_dce (continuous, exact_boundaries=False) this is MD4's continuous-time NELBO diffusion
-      term (MD4 Eq. 5); with k_dce / time_free / lambda_dce the RADD losses.
+      loss_B float32, nats per sequence: :meth:`MaskedProcess.integrand` with one fresh mask.
+      With t_dce (continuous, exact_boundaries=False) this is MD4's continuous-time NELBO
+      diffusion term (MD4 Eq. 5); with k_dce / time_free / lambda_dce the RADD losses.
     """
     if spec.name not in OBJECTIVES:
         raise ValueError(f"{spec.name!r} is an estimator, not a training objective; choose from {OBJECTIVES}")
     if target_BxL is None:
         target_BxL = jnp.ones(x_BxL.shape, bool)
-    mask, t_B, w_B = draw_masks(spec, key, target_BxL)
-    z = corrupt(x_BxL, mask, vocab_size)
-    logprobs = denoiser(z, t_B)
-    # A row without masks contributes 0 even if its weight is infinite (t = 0 exactly).
-    return jnp.where(mask.any(-1), w_B * masked_cross_entropy(logprobs, x_BxL, mask), 0.0)
+    process = MaskedProcess(spec, int(vocab_size))
+    noise = process.draw_noise(key, target_BxL)
+    return process.integrand(NoParams(denoiser), None, x_BxL, noise, target_BxL)
 
 
 # ---------------------------------------------------------------------------------------------

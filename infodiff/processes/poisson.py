@@ -1,17 +1,17 @@
 """Poisson diffusion (ItDPDM): channel, PRL loss, log-SNR samplers, NLL estimator, samplers.
 
 Source: Bhattacharya et al., *ItDPDM: Information-Theoretic Discrete Poisson Diffusion Model*,
-NeurIPS 2025, arXiv 2505.05082 (v4); reference specification shared/specs/poisson.md (cited as
-"spec §N" below).
+NeurIPS 2025, arXiv 2505.05082 (v4); reference page docs/poisson.md (cited as
+"docs/poisson.md §N" below).
 
 The forward "process" is the Poisson channel Z_gamma | X ~ Pois(gamma X) applied to every
-coordinate with one shared SNR gamma = exp(alpha) per example (spec §1). The exact likelihood
-identity (spec §2.3, Eq. 17):
+coordinate with one shared SNR gamma = exp(alpha) per example (docs/poisson.md §1). The exact likelihood
+identity (docs/poisson.md §2.3, Eq. 17):
 
     -log P(x) = int_0^inf mprl(x, gamma) d gamma
               = int_{-inf}^{inf} e^alpha  E_{z | x} sum_d l(x_d, E[X_d | Z_gamma = z]) d alpha   (nats)
 
-with the Poisson reconstruction loss l(x, xhat) = x log(x / xhat) - x + xhat (spec §2.1).
+with the Poisson reconstruction loss l(x, xhat) = x log(x / xhat) - x + xhat (docs/poisson.md §2.1).
 
 Denoiser contract (shared by networks and the exact oracles of ``infodiff.count_oracles``)::
 
@@ -30,8 +30,8 @@ nats / (D ln 2). Device values are float32; every Monte Carlo sum, mean and vari
 accumulated in float64 on the host.
 
 Data scaling: the NLL in nats of the DISCRETE data does not depend on a strictly positive
-affine relabelling of the support (spec §1 "Scale invariance"), so `CountScaling` needs no
-log-determinant; the map only moves the integrand in alpha by -log(scale) (spec §3.4).
+affine relabelling of the support (docs/poisson.md §1 "Scale invariance"), so `CountScaling` needs no
+log-determinant; the map only moves the integrand in alpha by -log(scale) (docs/poisson.md §3.4).
 
 NLL terms (`poisson_nll`): every reported total is the PRL integral of one well-defined
 denoiser (a constant below the sampled alpha range, the given denoiser inside it, lattice
@@ -40,7 +40,7 @@ entropy in expectation over the data; the two tails are computed exactly (no MC 
 the diffusion term is Monte Carlo. With the exact oracle the total is -log P(x) up to
 O(gamma_lo) + O(exp(-c gamma_top)) (checked in tests/test_poisson.py).
 
-High-SNR caution (spec §3.4): the weight e^alpha / q grows like gamma, so tiny denoiser errors
+High-SNR caution (docs/poisson.md §3.4): the weight e^alpha / q grows like gamma, so tiny denoiser errors
 at alpha ~ 15-20 dominate an untrained network's NLL; use high_snr_guard='round' with an
 alpha_guard where the lattice is resolved (`suggest_alpha_guard`: log(120 x_max / spacing^2),
 where rounding errs with probability ~1e-7).
@@ -60,10 +60,10 @@ import scipy.stats
 
 # (static apply_fn(params, z, alpha), params): networks pass their parameters to jit as
 # arguments, oracles carry none; the same adapter as the masked and SEDD estimators.
-from infodiff.likelihood import _split_denoiser
+from infodiff import denoisers
+from infodiff.validation import raise_first, validate_counts, validate_rates
 
 __all__ = [
-    "validate_counts",
     "check_gamma",
     "CountScaling",
     "sample_channel",
@@ -80,8 +80,9 @@ __all__ = [
     "diffusion_loss",
     "prl_loss",
     "rounding_loss_integral",
-    "PoissonNLL",
-    "poisson_nll",
+    "PoissonProcess",
+    "PoissonNoise",
+    "estimation_process",
     "SAMPLERS",
     "log_spaced_gammas",
     "lattice_decision",
@@ -92,7 +93,7 @@ __all__ = [
 
 SAMPLERS = ("logistic", "qmc", "grid")
 # Largest log-SNR spacing accepted for the trapezoid grid: the integrand's mass spans a few units
-# of alpha (spec §3.4), and the spec's reference quadrature uses 0.05.
+# of alpha (docs/poisson.md §3.4), and the reference quadrature of docs/poisson.md §7 uses 0.05.
 GRID_MAX_SPACING = 0.25
 
 # Rates at or above this use a Cornish-Fisher (2nd order) normal approximation with continuity
@@ -105,44 +106,6 @@ _MAX_RATE = 1.0e30  # counts are float32 (integer-valued); see sample_channel
 # ----------------------------------------------------------------------------------------
 # Input validation
 # ----------------------------------------------------------------------------------------
-def validate_counts(x, name: str = "x") -> np.ndarray:
-    """Check that ``x`` holds non-negative integer counts; return them as int64 numpy.
-
-    Args:
-      x: array-like of any shape (ints or integer-valued floats).
-      name: used in error messages.
-    Returns:
-      int64 numpy array, same shape.
-    Raises:
-      ValueError naming the first offending entry: NaN / inf, negative, non-integer
-      (e.g. "x[3, 1] = -2 is negative").
-    """
-    a = np.asarray(x)
-    if a.dtype == bool or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
-        raise ValueError(f"{name} must be numeric counts; got dtype {a.dtype}")
-    if np.issubdtype(a.dtype, np.floating):
-        _raise_first(~np.isfinite(a), a, name, "is not finite")
-    _raise_first(a < 0, a, name, "is negative")
-    if np.issubdtype(a.dtype, np.floating):
-        _raise_first(a != np.floor(a), a, name, "is not an integer count")
-    return a.astype(np.int64)
-
-
-def _raise_first(bad: np.ndarray, a: np.ndarray, name: str, what: str) -> None:
-    """Raise ValueError naming the first entry where ``bad`` holds: 'x[1, 1] = -2 is negative'."""
-    if bad.any():
-        idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(f"{name}{list(idx)} = {a[idx]} {what}")
-
-
-def _validate_data(x, name: str = "x") -> np.ndarray:
-    """Scaled data for the channel: finite and >= 0. -> float64 numpy. Raises ValueError."""
-    a = np.asarray(x, dtype=np.float64)
-    _raise_first(~np.isfinite(a), a, name, "is not finite")
-    _raise_first(a < 0, a, name, "is negative (a Poisson rate must be >= 0)")
-    return a
-
-
 def check_gamma(gamma, name: str = "gamma") -> np.ndarray:
     """Host-side check of a concrete SNR array: every entry finite and > 0.
 
@@ -169,9 +132,9 @@ class CountScaling:
     """Affine map of counts {0..max_count} to [low, high]: x = low + (high - low) c / max_count.
 
     The default maps {0..K} onto [1, 2], the paper's best Poisson data normalisation
-    "Dn = [1, 2]" (arXiv 2505.05082 App. B.2; spec §1). low = 0 is allowed (x = 0 is then a
+    "Dn = [1, 2]" (arXiv 2505.05082 App. B.2; docs/poisson.md §1). low = 0 is allowed (x = 0 is then a
     valid channel input: Z = 0 surely and l(0, xhat) = xhat). The NLL in nats of the discrete
-    data is invariant to this map (spec §1 "Scale invariance"), so no log-det is needed.
+    data is invariant to this map (docs/poisson.md §1 "Scale invariance"), so no log-det is needed.
 
     Raises ValueError if max_count < 1, low < 0 or high <= low.
     """
@@ -263,15 +226,15 @@ def sample_channel(key, x_BxD, gamma_B):
     Returns:
       float32 [B, D] integer-valued counts (float32, not int32, so that the paper's grid up to
       alpha = 37, gamma x ~ 2e16, cannot overflow; exact integers below 2^24 ~ 1.7e7, relative
-      rounding 6e-8 above; spec §3.3 notes gamma x up to ~3.6e8 for logistic(-1, 5) on [1, 2]).
+      rounding 6e-8 above; docs/poisson.md §3.3 notes gamma x up to ~3.6e8 for logistic(-1, 5) on [1, 2]).
     Raises:
       ValueError (only when x and gamma are concrete, not under jit): gamma <= 0 / NaN / inf,
       x negative / non-finite, or gamma * x >= 1e30.
-    Source: arXiv 2505.05082 Eq. (1); spec §1.
+    Source: arXiv 2505.05082 Eq. (1); docs/poisson.md §1.
     """
     if _is_concrete(x_BxD, gamma_B):
         g = check_gamma(gamma_B)
-        xa = _validate_data(x_BxD)
+        xa = validate_rates(x_BxD)
         if xa.ndim != 2 or g.shape != (xa.shape[0],):
             raise ValueError(f"expected x [B, D] and gamma [B]; got {xa.shape} and {g.shape}")
         mx = (g[:, None] * xa).max(initial=0.0)
@@ -284,7 +247,7 @@ def sample_channel(key, x_BxD, gamma_B):
 
 def network_input(z_BxD, gamma_B):
     """The paper's normalised network input z~ = z / (1 + gamma), float32 [B, D]; stays in
-    [0, ~X] (arXiv 2505.05082 Eq. 19 / Alg. 1; spec §2.5, §4.1)."""
+    [0, ~X] (arXiv 2505.05082 Eq. 19 / Alg. 1; docs/poisson.md §2.5, §4.1)."""
     gamma_B = jnp.asarray(gamma_B, jnp.float32)
     return jnp.asarray(z_BxD, jnp.float32) / (1.0 + gamma_B[:, None])
 
@@ -330,7 +293,7 @@ def prl(x, xhat):
 
     Args: x, xhat: broadcastable float arrays, x >= 0, xhat > 0 (>= 0 where x = 0).
     Returns: float array (jnp), >= 0. Differentiable in xhat (d/dxhat = 1 - x / xhat).
-    Source: arXiv 2505.05082 §3 (Lemma 1); spec §2.1 (NOT the swapped form of Table 10).
+    Source: arXiv 2505.05082 §3 (Lemma 1); docs/poisson.md §2.1 (NOT the swapped form of Table 10).
     """
     x = jnp.asarray(x, jnp.result_type(float))
     xhat = jnp.asarray(xhat, jnp.result_type(float))
@@ -377,7 +340,7 @@ def logistic_weight(alpha, loc: float = -1.0, scale: float = 5.0, clip: float = 
     """Importance weight e^alpha / q(alpha) for the logistic(loc, scale) density truncated to
     [loc - clip scale, loc + clip scale]:
         1 / q(alpha) = scale tanh(clip / 2) / (sigma(u) sigma(-u)),  u = (alpha - loc) / scale.
-    Source: ITDiff (Kong et al. 2023) logistic integration; spec §3.1-3.2 (the e^alpha = gamma
+    Source: ITDiff (Kong et al. 2023) logistic integration; docs/poisson.md §3.1-3.2 (the e^alpha = gamma
     factor that arXiv 2505.05082 Alg. 1 drops is INCLUDED here)."""
     u = (alpha - loc) / scale
     a = xp.abs(u)
@@ -392,7 +355,7 @@ def truncated_logistic(key, shape, loc: float = -1.0, scale: float = 5.0, clip: 
     Returns (alpha, weight): float32 arrays of `shape`; weight = e^alpha / q(alpha) so that
     E_q[weight f(alpha)] = int e^alpha f(alpha) d alpha over the truncated range.
     Defaults (-1, 5, 4) are ItDPDM's (arXiv 2505.05082 App. B.2): alpha in [-21, 19].
-    Raises ValueError for scale <= 0 or clip <= 0. Source: spec §3.1.
+    Raises ValueError for scale <= 0 or clip <= 0. Source: docs/poisson.md §3.1.
     """
     _check_logistic(scale, clip)
     loc, scale, clip = float(loc), float(scale), float(clip)
@@ -448,7 +411,7 @@ def suggest_logistic(x_NxD, spacing: float, clip_margin_low: float = 10.0,
                      clip_margin_high: float = 6.0):
     """Data-driven (loc, scale, clip) for the truncated-logistic log-SNR proposal.
 
-    Recipe (ours; spec §3.1 describes ITDiff's covariance-eigenvalue recipe, §3.4 where the
+    Recipe (ours; docs/poisson.md §3.1 describes ITDiff's covariance-eigenvalue recipe, §3.4 where the
     Poisson integrand lives). Per coordinate the PRL integrand e^alpha mprl(e^alpha) behaves like
     (i) gamma E l(X, EX) ~ gamma Var(X) / (2 E X) at low SNR, (ii) ~1/2 nat per e-fold once the
     channel noise variance x/gamma is below the prior variance (alpha >= a_lo = log(EX / Var X)),
@@ -460,7 +423,7 @@ def suggest_logistic(x_NxD, spacing: float, clip_margin_low: float = 10.0,
     [a_lo - clip_margin_low, a_hi + clip_margin_high]. a_lo / a_hi are medians over coordinates
     (Var over examples; coordinates with zero variance are skipped).
 
-    For 256-level data on [1, 2] (discretised N(128, 50^2), spec §3.4) this gives loc 8.6,
+    For 256-level data on [1, 2] (discretised N(128, 50^2), docs/poisson.md §3.4) this gives loc 8.6,
     scale 2.4, clip 6.1 (alpha in [-6.3, 23.5], plateau 3.7..13.5), instead of ItDPDM's fixed
     (-1, 5, 4) centred below the median 9. Measured with the exact oracle (4000 draws, x = 10,
     128, 200 counts): per-draw standard deviation 11-12 nats vs 21-25 nats for (-1, 5, 4), i.e.
@@ -473,7 +436,7 @@ def suggest_logistic(x_NxD, spacing: float, clip_margin_low: float = 10.0,
     Raises: ValueError for fewer than 2 examples, non-finite/negative data, spacing <= 0, or
       data with zero variance in every coordinate.
     """
-    x = _validate_data(x_NxD)
+    x = validate_rates(x_NxD)
     if x.ndim == 1:
         x = x[:, None]
     if x.shape[0] < 2:
@@ -514,9 +477,9 @@ def diffusion_loss(denoiser: Callable, key, x_BxD, loc: float = -1.0, scale: flo
         alpha_b ~ truncated logistic(loc, scale, clip), z_b ~ Pois(e^alpha_b x_b).
 
     weighting="likelihood": w = e^alpha / q(alpha); E[loss_b] = int_{trunc. range} e^alpha
-      E_z sum_d l dalpha, the NLL bound's diffusion term (spec §3.2, with the gamma factor).
+      E_z sum_d l dalpha, the NLL bound's diffusion term (docs/poisson.md §3.2, with the gamma factor).
     weighting="paper": w = 1 / q(alpha), ItDPDM Algorithm 1 as printed (drops gamma; same
-      per-gamma minimiser, NOT a likelihood; spec §3.2 flag).
+      per-gamma minimiser, NOT a likelihood; docs/poisson.md §3.2 flag).
 
     Args:
       denoiser: (z_BxD float32 counts, alpha_B float32) -> xhat_BxD float32 > 0 (module docstring).
@@ -524,19 +487,13 @@ def diffusion_loss(denoiser: Callable, key, x_BxD, loc: float = -1.0, scale: flo
       key: PRNG key. x_BxD: float [B, D] scaled data >= 0 (validate beforehand; jit-able).
     Returns: float32 [B].
     Raises: ValueError for an unknown weighting or bad scale/clip.
-    Source: arXiv 2505.05082 Alg. 1 / Eq. (19); spec §3.2-3.3.
+    Source: arXiv 2505.05082 Alg. 1 / Eq. (19); docs/poisson.md §3.2-3.3.
     """
-    if weighting not in ("likelihood", "paper"):
-        raise ValueError(f"unknown weighting {weighting!r}; choose 'likelihood' or 'paper'")
+    process = PoissonProcess(loc=float(loc), scale=float(scale), clip=float(clip), weighting=weighting)
     x_BxD = jnp.asarray(x_BxD, jnp.float32)
-    B = x_BxD.shape[0]
-    ka, kz = jax.random.split(key)
-    alpha, w = truncated_logistic(ka, (B,), loc, scale, clip)
-    if weighting == "paper":
-        w = w * jnp.exp(-alpha)
-    z = _poisson_counts(kz, jnp.exp(alpha)[:, None] * x_BxD)
-    xhat = denoiser(z, alpha)
-    return w * prl(x_BxD, xhat).sum(-1)
+    target = jnp.ones(x_BxD.shape, bool)
+    noise = process.draw_noise(key, target)
+    return process.integrand(denoisers.NoParams(denoiser), None, x_BxD, noise, target)
 
 
 prl_loss = diffusion_loss  # alias (the issue's name for the per-example PRL training loss)
@@ -584,7 +541,7 @@ def rounding_loss_integral(x_BxD, alpha_start: float, scaling: CountScaling,
 
     Args: x_BxD: float [B, D] scaled data >= 0 (on or off the lattice). Returns float64 [B] nats.
     """
-    x = _validate_data(x_BxD)
+    x = validate_rates(x_BxD)
     if x.ndim != 2:
         raise ValueError(f"x must be [B, D]; got shape {x.shape}")
     uniq, inv = np.unique(x, return_inverse=True)
@@ -602,177 +559,139 @@ def rounding_loss_integral(x_BxD, alpha_start: float, scaling: CountScaling,
 # ----------------------------------------------------------------------------------------
 
 
-def _values_impl(apply_fn, params, key, x_RxD, alpha_R, w_R, alpha_top):
-    z = _poisson_counts(key, jnp.exp(alpha_R)[:, None] * x_RxD)
-    xhat = apply_fn(params, z, alpha_R)
-    v = w_R * prl(x_RxD, xhat).sum(-1)
-    return jnp.where(alpha_R < alpha_top, v, 0.0)
+@dataclasses.dataclass(frozen=True)
+class PoissonNoise:
+    """One log-SNR per row: ``alpha_R``, ``weight_R`` (e^alpha / q, or the trapezoid weight) and
+    the key of the channel draw z ~ Pois(e^alpha x) (the one part that needs the data)."""
+
+    alpha: jax.Array
+    weight: jax.Array
+    key: jax.Array
 
 
-_values = jax.jit(_values_impl, static_argnames=("apply_fn",))
+jax.tree_util.register_dataclass(PoissonNoise, data_fields=["alpha", "weight", "key"], meta_fields=[])
 
 
-@dataclasses.dataclass
-class PoissonNLL:
-    """Result of `poisson_nll`, per example.
+@dataclasses.dataclass(frozen=True)
+class PoissonProcess:
+    """Poisson diffusion (ItDPDM) as a :class:`infodiff.processes.base.Process`.
 
-    The three terms are the PRL integral of ONE well-defined "combined" denoiser
-        xhat_c(z, gamma) = c                          gamma <  gamma_lo    (c = denoiser(0, alpha_lo))
-                         = denoiser(z, log gamma)     gamma_lo <= gamma < gamma_top
-                         = lattice-round(z / gamma)   gamma >= gamma_top   (if a lattice is given)
-    so total = int_0^inf E_z sum_d l(x_d, xhat_c) dgamma, which is >= H(X) in expectation over
-    the data (spec §2.6, Eq. 18) and equals -log Q(x) if the denoiser is Q's posterior mean up
-    to the two tail replacements (O(gamma_lo) and O(exp(-c gamma_top))).
+    Integrand (docs/poisson.md §2.5, §3.2): ``w(alpha) sum_d l(x_d, xhat(z, alpha)_d)`` with
+    z ~ Pois(e^alpha x), l the PRL; zero for alpha >= ``alpha_top`` (the exact recon tail takes
+    over there). Log-SNR law ``sampler``: 'logistic' (iid truncated logistic(loc, scale, clip),
+    w = e^alpha / q; ``weighting='paper'`` drops the e^alpha factor as ItDPDM's Algorithm 1 --
+    same minimiser, not a likelihood), 'qmc' / 'grid' (the points ``alpha_table`` with weights
+    ``weight_table``, indexed by the Monte Carlo sample; see :func:`poisson_nll`).
 
-    samples: float64 [B, S] one-sample estimates of the diffusion term (nats per example).
-    prior_tail: float64 [B] = gamma_lo sum_d l(x_d, c_d), EXACT for the combined denoiser (no
-      MC error).
-    recon_tail: float64 [B] = exact (quadrature) rounding-denoiser integral above alpha_top;
-      0 when no lattice was given (then `recon_tail_included` is False and total omits it).
-    dim: D; forward_passes: denoiser evaluations per example; alpha_lo, alpha_top: the range.
-    stderr: MC standard error of the per-example mean (std over draws, ddof=1, / sqrt(S)); for
-      'qmc' and 'grid' this iid formula is conservative (stratification has lower variance) and
-      does not measure the grid's deterministic quadrature error.
+    ``exact_terms``: ``prior`` = gamma_lo sum_d l(x_d, c_d) with c = denoiser(0, alpha_lo) (the
+    constant denoiser below the sampled range) and ``recon`` = the lattice-rounding denoiser's
+    integral above alpha_top (needs ``scaling``; 0 without it). Inputs x are scaled data
+    [B, D] >= 0 (``CountScaling.scale``).
     """
 
-    sampler: str
-    samples: np.ndarray
-    prior_tail: np.ndarray
-    recon_tail: np.ndarray
-    dim: int
-    forward_passes: int
-    alpha_lo: float
-    alpha_top: float
-    recon_tail_included: bool
+    loc: float = -1.0
+    scale: float = 5.0
+    clip: float = 4.0
+    weighting: str = "likelihood"
+    sampler: str = "logistic"
+    alpha_lo: float = -math.inf
+    alpha_top: float = math.inf
+    scaling: CountScaling | None = None
+    alpha_table: tuple | None = None
+    weight_table: tuple | None = None
+    chunk_order: str = "rows"
+    denoiser_inputs: str = "(z_BxD float32 counts, alpha_B float32) -> xhat_BxD > 0"
+
+    def __post_init__(self):
+        if self.weighting not in ("likelihood", "paper"):
+            raise ValueError(f"unknown weighting {self.weighting!r}; choose 'likelihood' or 'paper'")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"unknown sampler {self.sampler!r}; choose from {SAMPLERS}")
 
     @property
-    def num_samples(self) -> int:
-        return self.samples.shape[1]
+    def estimator(self) -> str:
+        return f"poisson_{self.sampler}"
 
-    @property
-    def diffusion(self) -> np.ndarray:
-        """float64 [B] MC mean of the diffusion term (nats per example)."""
-        return self.samples.mean(axis=1)
+    infinite_variance = False
 
-    mean = diffusion
+    def draw_noise(self, key, target_RxD, sample_R=None) -> PoissonNoise:
+        R = target_RxD.shape[0]
+        ka, kz = jax.random.split(key)
+        if self.sampler == "logistic":
+            alpha, w = truncated_logistic(ka, (R,), self.loc, self.scale, self.clip)
+        else:
+            alpha = jnp.asarray(self.alpha_table, jnp.float32)[sample_R]
+            w = jnp.asarray(self.weight_table, jnp.float32)[sample_R]
+        if self.weighting == "paper":
+            w = w * jnp.exp(-alpha)
+        return PoissonNoise(alpha, w, kz)
 
-    @property
-    def stderr(self) -> np.ndarray:
-        """float64 [B] MC standard error of `diffusion` and of `nll` (tails are exact)."""
-        if self.num_samples < 2:
-            return np.full(self.samples.shape[0], np.nan)
-        return self.samples.std(axis=1, ddof=1) / math.sqrt(self.num_samples)
+    def integrand(self, apply_fn, params, x_RxD, noise: PoissonNoise, target_RxD=None):
+        del target_RxD
+        x = jnp.asarray(x_RxD, jnp.float32)
+        z = _poisson_counts(noise.key, jnp.exp(noise.alpha)[:, None] * x)
+        xhat = apply_fn(params, z, noise.alpha)
+        v = noise.weight * prl(x, xhat).sum(-1)
+        if math.isfinite(self.alpha_top):
+            v = jnp.where(noise.alpha < self.alpha_top, v, 0.0)
+        return v
 
-    @property
-    def nll(self) -> np.ndarray:
-        """float64 [B] total nats per example = prior_tail + diffusion + recon_tail."""
-        return self.prior_tail + self.diffusion + self.recon_tail
+    def exact_terms(self, apply_fn, params, x_BxD, target_BxD, batch_size) -> dict:
+        x = np.asarray(x_BxD, np.float64)
+        D = x.shape[1]
+        c = apply_fn(params, jnp.zeros((1, D), jnp.float32), jnp.full((1,), self.alpha_lo, jnp.float32))
+        c = np.asarray(c, np.float64)[0]
+        prior = math.exp(self.alpha_lo) * prl_np(x, c[None, :]).sum(-1)
+        if not np.all(np.isfinite(prior)):
+            raise FloatingPointError("non-finite prior tail: denoiser(0, alpha_lo) <= 0 where x > 0")
+        if self.scaling is not None:
+            recon = rounding_loss_integral(x, self.alpha_top, self.scaling)
+        else:
+            recon = np.zeros(x.shape[0])
+        return {"prior": prior, "recon": recon}
 
-    total = nll
+    def passes_per_sample(self, target_BxD) -> int:
+        return 1
 
-    @property
-    def bits_per_dim(self) -> np.ndarray:
-        """float64 [B] nll / (D ln 2)."""
-        return self.nll / (self.dim * math.log(2.0))
+    def extra_passes(self) -> int:
+        return 0
 
-    @property
-    def bits_per_dim_stderr(self) -> np.ndarray:
-        return self.stderr / (self.dim * math.log(2.0))
+    def validate(self, x_BxD):
+        x = validate_rates(x_BxD)
+        if x.ndim != 2:
+            raise ValueError(f"x must be [B, D]; got shape {x.shape}")
+        if self.scaling is not None:
+            sc = self.scaling
+            lo, hi = sc.low, sc.high
+            off = np.abs(sc.scale(sc.to_lattice(x)) - x)
+            bad = (x < lo - 1e-6) | (x > hi + 1e-6) | (off > 1e-6 * max(1.0, hi))
+            if bad.any():
+                i = tuple(int(v) for v in np.argwhere(bad)[0])
+                raise ValueError(
+                    f"x{list(i)} = {x[i]} is not on the lattice of {sc} (values in [{lo}, {hi}] "
+                    "spaced by (high - low) / max_count): pass scaling.scale(counts), not raw counts")
+        return x  # float64: the exact terms use it unrounded; the device sees float32
 
-    def terms(self) -> dict:
-        """{'diffusion', 'prior_tail', 'recon_tail', 'total'}: float64 [B] nats per example."""
-        return {"diffusion": self.diffusion, "prior_tail": self.prior_tail,
-                "recon_tail": self.recon_tail, "total": self.nll}
-
-    def dataset_mean(self) -> dict:
-        """Mean over the B examples of each term (nats per example), bits/dim, and standard errors:
-        'stderr_examples' = std over examples of the per-example totals (ddof=1) / sqrt(B) (data
-        sampling + MC noise; the error bar of a test-set mean), 'stderr_mc' = MC-only error
-        sqrt(sum stderr_b^2) / B (conditional on these examples)."""
-        B = self.samples.shape[0]
-        tot = self.nll
-        out = {k: float(v.mean()) for k, v in self.terms().items()}
-        out["bits_per_dim"] = out["total"] / (self.dim * math.log(2.0))
-        out["stderr_examples"] = float(tot.std(ddof=1) / math.sqrt(B)) if B > 1 else float("nan")
-        out["stderr_mc"] = float(np.sqrt(np.sum(self.stderr**2)) / B)
-        out["num_examples"] = B
-        out["num_samples"] = self.num_samples
-        out["forward_passes"] = self.forward_passes
-        return out
-
-    def to_estimate(self):
-        """As an `infodiff.likelihood.Estimate` (samples = diffusion samples + exact tails, so its
-        mean is `nll` and its stderr is `stderr`)."""
-        from infodiff.likelihood import Estimate  # local: keeps this module import-light
-
-        tails = (self.prior_tail + self.recon_tail)[:, None]
-        return Estimate(estimator=f"poisson_{self.sampler}", samples=self.samples + tails,
-                        forward_passes=self.forward_passes)
-
-    def summary(self) -> dict:
-        return {"sampler": self.sampler, "diffusion": self.diffusion.tolist(),
-                "prior_tail": self.prior_tail.tolist(), "recon_tail": self.recon_tail.tolist(),
-                "total": self.nll.tolist(), "stderr": self.stderr.tolist(),
-                "bits_per_dim": self.bits_per_dim.tolist(), "num_samples": self.num_samples,
-                "forward_passes": self.forward_passes, "alpha_lo": self.alpha_lo,
-                "alpha_top": self.alpha_top, "recon_tail_included": self.recon_tail_included}
+    def check_target(self, target_BxD) -> None:
+        if not np.asarray(target_BxD).all():
+            raise NotImplementedError("conditional likelihoods are not defined for the Poisson process")
 
 
-def poisson_nll(denoiser: Callable, x_BxD, key, num_samples: int = 100, sampler: str = "logistic",
-                loc: float = -1.0, scale: float = 5.0, clip: float = 4.0,
-                alpha_min: float = -28.0, alpha_max: float = 37.0, batch_size: int = 1024,
-                high_snr_guard: str | None = None, alpha_guard: float | None = None,
-                scaling: CountScaling | None = None, qmc_random_offset: bool = True) -> PoissonNLL:
-    """Estimate -log P(x) per example (nats) with the Poisson-diffusion likelihood identity.
+def estimation_process(num_samples: int, sampler: str = "logistic", loc: float = -1.0,
+                       scale: float = 5.0, clip: float = 4.0, alpha_min: float = -28.0,
+                       alpha_max: float = 37.0, high_snr_guard: str | None = None,
+                       alpha_guard: float | None = None, scaling: CountScaling | None = None,
+                       qmc_offset: float = 0.5) -> PoissonProcess:
+    """The :class:`PoissonProcess` that :func:`poisson_nll` estimates with (arguments as there).
 
-        -log P(x) = int e^alpha E_{z ~ Pois(e^alpha x)} sum_d l(x_d, xhat(z, alpha)_d) dalpha
-    (arXiv 2505.05082 Eq. 17/19; spec §2.3, §3.2). The diffusion term is estimated by
-      'logistic': S iid draws alpha ~ truncated logistic(loc, scale, clip), weight e^alpha/q;
-      'qmc':      S stratified truncated-logistic points (random common offset per call if
-                  qmc_random_offset, else midpoints), same weights;
-      'grid':     S-point uniform grid on [alpha_min, alpha_max], trapezoid weights x e^alpha;
-                  sample s = S w_s f(alpha_s) so that the mean is the trapezoid sum.
-    with one fresh z per (example, alpha). Tails (`PoissonNLL` docstring): prior_tail below
-    alpha_lo is exact for the constant denoiser c = denoiser(0, alpha_lo); recon_tail above
-    alpha_top is the exact integral of the lattice-rounding denoiser (needs `scaling`).
-
-    High-SNR guard (spec §3.4): high_snr_guard="round" replaces the denoiser by lattice rounding
-    x̂ = round_lattice(z / gamma) for alpha >= alpha_guard. Valid because the combined map is
-    still a denoiser (a function of (z, gamma) only), so Eq. 18 still bounds the entropy; its
-    contribution above alpha_guard is computed exactly, so MC draws there are zeroed (no MC
-    noise from huge weights). We chose the fixed-threshold switch over the spec's per-level
-    "min over the dataset" because the latter selects the denoiser using the test data.
-
-    Args:
-      denoiser: (z_BxD float32 counts, alpha_B float32) -> xhat_BxD float32 > 0, or an object with
-        apply_params(params, z, alpha) and params.
-      x_BxD: float [B, D] scaled data >= 0 (e.g. CountScaling.scale(counts)); validated.
-      key: PRNG key (the result is a pure function of key, x, the arguments and batch_size).
-      num_samples: S >= 2 alpha values per example (one forward pass each).
-      loc, scale, clip: truncated-logistic proposal (default ItDPDM's -1, 5, 4).
-      alpha_min, alpha_max: grid range (sampler='grid'; default ItDPDM's [-28, 37]).
-      batch_size: rows per denoiser call.
-      high_snr_guard: None or 'round'. alpha_guard: switch point (required for 'round').
-      scaling: CountScaling whose lattice the data lie on (rounding tail / guard). Without it
-        recon_tail = 0 and is flagged as not included.
-    Returns: PoissonNLL (float64 host arrays).
-    Raises: ValueError for bad data, unknown sampler / guard, num_samples < 2, batch_size < 1,
-      guard without scaling or alpha_guard; FloatingPointError if the denoiser produced a
-      non-finite loss (e.g. xhat <= 0 where x > 0).
-    """
+    Raises ValueError for an unknown sampler or guard, a grid too coarse to resolve the
+    integrand, or a guard without ``scaling`` / ``alpha_guard``."""
     if sampler not in SAMPLERS:
         raise ValueError(f"unknown sampler {sampler!r}; choose from {SAMPLERS}")
     if high_snr_guard not in (None, "round"):
         raise ValueError(f"unknown high_snr_guard {high_snr_guard!r}; choose None or 'round'")
-    if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 2:
-        raise ValueError(f"num_samples = {num_samples!r} must be an integer >= 2")
-    if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
-        raise ValueError(f"batch_size = {batch_size!r} must be an integer >= 1")
-    x = _validate_data(x_BxD)
-    if x.ndim != 2:
-        raise ValueError(f"x must be [B, D]; got shape {x.shape}")
-    B, D = x.shape
     S = int(num_samples)
+    table = None
     if sampler == "grid" and (alpha_max - alpha_min) / (S - 1) > GRID_MAX_SPACING:
         need = int(math.ceil((alpha_max - alpha_min) / GRID_MAX_SPACING)) + 1
         raise ValueError(
@@ -780,75 +699,26 @@ def poisson_nll(denoiser: Callable, x_BxD, key, num_samples: int = 100, sampler:
             f"{(alpha_max - alpha_min) / (S - 1):.3g} > {GRID_MAX_SPACING} in log-SNR: the trapezoid "
             "rule cannot resolve the integrand (it would report a wrong NLL with a meaningless SE); "
             f"use num_samples >= {need} or sampler='logistic'")
-    if scaling is not None:
-        lo, hi = scaling.low, scaling.high
-        off = np.abs(scaling.scale(scaling.to_lattice(x)) - x)
-        bad = (x < lo - 1e-6) | (x > hi + 1e-6) | (off > 1e-6 * max(1.0, hi))
-        if bad.any():
-            i = tuple(int(v) for v in np.argwhere(bad)[0])
-            raise ValueError(
-                f"x{list(i)} = {x[i]} is not on the lattice of {scaling} (values in [{lo}, {hi}] "
-                "spaced by (high - low) / max_count): pass scaling.scale(counts), not raw counts")
-    ka, kz, ko = jax.random.split(key, 3)
-
     if sampler == "logistic":
         _check_logistic(scale, clip)
-        alpha, w = truncated_logistic(ka, (B, S), loc, scale, clip)
-        alpha, w = np.asarray(alpha, np.float64), np.asarray(w, np.float64)
         a_lo, a_hi = loc - clip * scale, loc + clip * scale
     elif sampler == "qmc":
-        off = float(jax.random.uniform(ko, ())) if qmc_random_offset else 0.5
-        a1, w1 = truncated_logistic_qmc(S, loc, scale, clip, offset=off)
-        alpha, w = np.broadcast_to(a1, (B, S)), np.broadcast_to(w1, (B, S))
+        table = truncated_logistic_qmc(S, loc, scale, clip, offset=qmc_offset)
         a_lo, a_hi = loc - clip * scale, loc + clip * scale
     else:
         a1, w1 = log_snr_grid(alpha_min, alpha_max, S)
-        alpha, w = np.broadcast_to(a1, (B, S)), np.broadcast_to(w1 * S, (B, S))
+        table = (a1, w1 * S)  # sample s = S w_s f(alpha_s): the mean is the trapezoid sum
         a_lo, a_hi = alpha_min, alpha_max
-
     if high_snr_guard == "round":
         if scaling is None or alpha_guard is None:
             raise ValueError("high_snr_guard='round' needs scaling (the lattice) and alpha_guard")
         a_top = min(a_hi, float(alpha_guard))
     else:
         a_top = a_hi
-
-    apply_fn, params = _split_denoiser(denoiser)
-    R = B * S
-    rows_b = np.repeat(np.arange(B), S)
-    alpha_f = alpha.reshape(R).astype(np.float32)
-    w_f = w.reshape(R).astype(np.float32)
-    out = np.zeros(R, np.float64)
-    chunk = min(int(batch_size), R)
-    for i, r0 in enumerate(range(0, R, chunk)):
-        idx = np.arange(r0, r0 + chunk) % R
-        v = _values(apply_fn, params, jax.random.fold_in(kz, i), jnp.asarray(x[rows_b[idx]], jnp.float32),
-                    jnp.asarray(alpha_f[idx]), jnp.asarray(w_f[idx]), jnp.float32(a_top))
-        n = min(chunk, R - r0)
-        out[r0:r0 + n] = np.asarray(v, np.float64)[:n]
-    samples = out.reshape(B, S)
-    if not np.all(np.isfinite(samples)):
-        b, s = np.argwhere(~np.isfinite(samples))[0]
-        raise FloatingPointError(
-            f"non-finite loss {samples[b, s]} for example {b} at alpha = {alpha[b, s]:.3f}: the "
-            "denoiser returned xhat <= 0 (or NaN) where x > 0")
-
-    # Prior tail: constant denoiser c = denoiser(z = 0, alpha_lo) below alpha_lo (exact).
-    c = apply_fn(params, jnp.zeros((1, D), jnp.float32), jnp.full((1,), a_lo, jnp.float32))
-    c = np.asarray(c, np.float64)[0]
-    prior = math.exp(a_lo) * prl_np(x, c[None, :]).sum(-1)
-    if not np.all(np.isfinite(prior)):
-        raise FloatingPointError("non-finite prior tail: denoiser(0, alpha_lo) <= 0 where x > 0")
-
-    if scaling is not None:
-        recon = rounding_loss_integral(x, a_top, scaling)
-        included = True
-    else:
-        recon = np.zeros(B)
-        included = False
-    return PoissonNLL(sampler=sampler, samples=samples, prior_tail=prior, recon_tail=recon, dim=D,
-                      forward_passes=S, alpha_lo=float(a_lo), alpha_top=float(a_top),
-                      recon_tail_included=included)
+    tabs = {} if table is None else {"alpha_table": tuple(float(v) for v in table[0]),
+                                     "weight_table": tuple(float(v) for v in table[1])}
+    return PoissonProcess(loc=float(loc), scale=float(scale), clip=float(clip), sampler=sampler,
+                          alpha_lo=float(a_lo), alpha_top=float(a_top), scaling=scaling, **tabs)
 
 
 # ----------------------------------------------------------------------------------------
@@ -872,7 +742,7 @@ def lattice_decision(z_NxD, gamma: float, scaling: CountScaling, decision: str =
                      xhat_NxD=None):
     """Map final counts z at SNR gamma to lattice counts {0..K}: int32 jax [N, D].
 
-    'round': nearest lattice point to z / gamma (spec §4.4 "round(z / gamma_max)").
+    'round': nearest lattice point to z / gamma (docs/poisson.md §4.4 "round(z / gamma_max)").
     'ml': lattice maximum likelihood argmax_j Pois(z; gamma L_j) (= MAP under a flat prior on
       the lattice; for the Poisson the boundary between L_j, L_j+1 is their logarithmic mean).
     'denoiser': nearest lattice point to the denoiser output xhat_NxD (the paper's x̂_0).
@@ -940,7 +810,7 @@ _paper_run = jax.jit(_paper_impl, static_argnames=_STATIC)
 
 def increment_sampler(denoiser: Callable, key, num_samples: int, dim: int, gammas,
                       scaling: CountScaling, decision: str = "round") -> np.ndarray:
-    """Pure-birth increment sampler (DEFAULT; spec §4.4, exact as the step count grows).
+    """Pure-birth increment sampler (DEFAULT; docs/poisson.md §4.4, exact as the step count grows).
 
     z at gamma_1 ~ Pois(gamma_1 xhat(0, gamma_1)) (first birth step from gamma = 0, using the
     denoiser at gamma_1 as its rate), then for t = 1..T-1
@@ -957,7 +827,7 @@ def increment_sampler(denoiser: Callable, key, num_samples: int, dim: int, gamma
     Raises: ValueError for bad gammas / sizes / decision.
     """
     g = _check_sampler_args(num_samples, dim, gammas, decision)
-    apply_fn, params = _split_denoiser(denoiser)
+    apply_fn, params = denoisers.split(denoiser)
     out = _increment_run(apply_fn, scaling, decision, int(num_samples), int(dim), params, key,
                          jnp.asarray(g, jnp.float32), jnp.asarray(np.diff(g), jnp.float32))
     return np.asarray(out, np.int64)
@@ -965,16 +835,16 @@ def increment_sampler(denoiser: Callable, key, num_samples: int, dim: int, gamma
 
 def paper_sampler(denoiser: Callable, key, num_samples: int, dim: int, gammas,
                   scaling: CountScaling, decision: str = "round") -> np.ndarray:
-    """ItDPDM Algorithm 2, paper-literal ("fresh draw"; arXiv 2505.05082 Alg. 2, spec §4.3).
+    """ItDPDM Algorithm 2, paper-literal ("fresh draw"; arXiv 2505.05082 Alg. 2, docs/poisson.md §4.3).
 
     z at gamma_1 = 0; for t = 1..T-1: xhat_0 = denoiser(z_t, log gamma_t), then
     z_{t+1} ~ Pois(gamma_{t+1} xhat_0) drawn FRESH (not accumulated); lattice decision at
-    gamma_T. Biased even with the exact denoiser (spec §4.4 table); kept for comparison.
+    gamma_T. Biased even with the exact denoiser (docs/poisson.md §4.4 table); kept for comparison.
 
     Args/Returns/Raises: as `increment_sampler`.
     """
     g = _check_sampler_args(num_samples, dim, gammas, decision)
-    apply_fn, params = _split_denoiser(denoiser)
+    apply_fn, params = denoisers.split(denoiser)
     out = _paper_run(apply_fn, scaling, decision, int(num_samples), int(dim), params, key,
                      jnp.asarray(g, jnp.float32))
     return np.asarray(out, np.int64)

@@ -1,6 +1,6 @@
 """Score-entropy discrete diffusion (SEDD): absorbing and uniform graphs, DSE, I-MDSE, samplers.
 
-Conventions (shared/specs/masked_and_score_entropy.md §§1-5, 8.1; SEDD arXiv 2310.16834;
+Conventions (docs/discrete_diffusion.md §§1-5, 8.1; SEDD arXiv 2310.16834;
 I-MDSE arXiv 2510.24088 Thm 3.2):
 
 * Tokens evolve independently under a token generator ``sigma(t) Q``. The **noise level**
@@ -91,63 +91,53 @@ def clip_lam(lam):
 
 def log_a(lam):
     """log a(lam) = log((1 - lam) / lam) = -log(expm1(sigma_bar)): the absorbing score scale
-    (spec §1.5, §5.1). float32, finite: lam is clipped by :func:`clip_lam`."""
+    (docs/discrete_diffusion.md §1.5, §5.1). float32, finite: lam is clipped by :func:`clip_lam`."""
     lam = clip_lam(lam)
     return jnp.log1p(-lam) - jnp.log(lam)
 
 
-def transition_probs(graph: str, x_BxL: jax.Array, lam_B: jax.Array, vocab_size: int) -> jax.Array:
+def transition_probs(graph, x_BxL: jax.Array, lam_B: jax.Array, vocab_size: int) -> jax.Array:
     """Closed-form kernel ``exp(sigma_bar Q)`` applied to one-hot x: p_{lam|0}(. | x) per token.
 
     Returns float32 [B, L, V + 1] for 'absorb' (last column = MASK) and [B, L, V] for
-    'uniform'. Source: spec §1.2-1.3.
+    'uniform'. Source: docs/discrete_diffusion.md §1.2-1.3.
     """
-    check_graph(graph)
-    lam = jnp.asarray(lam_B, jnp.float32)[:, None, None]
-    onehot = jax.nn.one_hot(x_BxL, vocab_size + (graph == "absorb"), dtype=jnp.float32)
-    if graph == "absorb":
-        mask = jax.nn.one_hot(jnp.full_like(x_BxL, vocab_size), vocab_size + 1, dtype=jnp.float32)
-        return (1.0 - lam) * onehot + lam * mask
-    return (1.0 - lam) * onehot + lam / vocab_size
+    return get_graph(graph).transition_probs(x_BxL, lam_B, vocab_size)
 
 
-def corrupt(graph: str, key: jax.Array, x_BxL: jax.Array, lam_B: jax.Array, vocab_size: int,
+def corrupt(graph, key: jax.Array, x_BxL: jax.Array, lam_B: jax.Array, vocab_size: int,
             target_BxL: jax.Array | None = None) -> jax.Array:
     """Sample z ~ p_{lam|0}(. | x) token by token (int32 [B, L]).
 
     absorb: MASK (id V) with probability lam; uniform: with probability lam a uniform draw
     over the V real tokens. Positions where ``target_BxL`` is False are left clean (the prompt
-    of a conditional likelihood). Source: spec §1.2-1.3.
+    of a conditional likelihood). The draw itself (:meth:`Graph.draw_corruption`) does not look
+    at x. Source: docs/discrete_diffusion.md §1.2-1.3.
     """
-    check_graph(graph)
-    k1, k2 = jax.random.split(key)
-    hit = jax.random.uniform(k1, x_BxL.shape) < jnp.asarray(lam_B, jnp.float32)[:, None]
-    if target_BxL is not None:
-        hit = hit & target_BxL
-    if graph == "absorb":
-        new = jnp.full_like(x_BxL, vocab_size)
-    else:
-        new = jax.random.randint(k2, x_BxL.shape, 0, vocab_size, dtype=x_BxL.dtype)
-    return jnp.where(hit, new, x_BxL).astype(jnp.int32)
+    g = get_graph(graph)
+    hit, new = g.draw_corruption(key, x_BxL.shape, lam_B, vocab_size, target_BxL, dtype=x_BxL.dtype)
+    return apply_corruption(x_BxL, hit, new)
 
 
-def sample_limit(graph: str, key: jax.Array, num_samples: int, seq_len: int, vocab_size: int) -> jax.Array:
+def apply_corruption(x_BxL: jax.Array, hit_BxL: jax.Array, new_BxL: jax.Array) -> jax.Array:
+    """z = new where hit, else x (int32 [B, L])."""
+    return jnp.where(hit_BxL, new_BxL, x_BxL).astype(jnp.int32)
+
+
+def sample_limit(graph, key: jax.Array, num_samples: int, seq_len: int, vocab_size: int) -> jax.Array:
     """A draw from the stationary law pi: all-MASK (absorb) or uniform tokens (uniform). int32."""
-    check_graph(graph)
-    if graph == "absorb":
-        return jnp.full((num_samples, seq_len), vocab_size, jnp.int32)
-    return jax.random.randint(key, (num_samples, seq_len), 0, vocab_size, dtype=jnp.int32)
+    return get_graph(graph).sample_limit(key, num_samples, seq_len, vocab_size)
 
 
 # ---------------------------------------------------------------------------------------------
-# Parameterisations (spec §5.2)
+# Parameterisations (docs/discrete_diffusion.md §5.2)
 # ---------------------------------------------------------------------------------------------
 def absorb_log_score_from_mean(log_c_BxLxV: jax.Array, lam_B: jax.Array) -> jax.Array:
     """RADD / MD4 Prop. 1: log s = log c + log a(lam), a = (1 - lam) / lam = 1 / expm1(sigma_bar).
 
     ``c`` is the (time-free) conditional p0(x_i = v | unmasked z) at masked positions (the mean
     or x0-prediction parameterisation); an unnormalised ``c`` (SEDD's "scale by sigma" head)
-    converts the same way. float32 [B, L, V]. Source: arXiv 2406.03736 (RADD) Eq. 5; spec §5.
+    converts the same way. float32 [B, L, V]. Source: arXiv 2406.03736 (RADD) Eq. 5; docs/discrete_diffusion.md §5.
     """
     return log_c_BxLxV.astype(jnp.float32) + log_a(lam_B)[:, None, None]
 
@@ -161,7 +151,7 @@ def uniform_log_score_from_mean(log_p0_BxLxV: jax.Array, z_BxL: jax.Array, lam_B
     """Uniform graph: exact scores from the x0-posterior p(x0_i = u | z) ("mean" parameterisation).
 
     With K the uniform kernel, ``s_v = sum_u P(u | z) K(v | u) / K(z_i | u)``, which simplifies
-    (ours, re-derived from spec §1.3) to
+    (ours, re-derived from docs/discrete_diffusion.md §1.3) to
     ``s_v = V a P_v + P_z / (1 + V a) + (1 - P_z)`` for v != z_i (``a = (1 - lam) / lam``,
     ``P_z = P(x0_i = z_i | z)``) and ``s_{z_i} = 1``. With the exact posterior it is the exact
     score. Computed by log-sum-exp; float32 [B, L, V].
@@ -190,7 +180,7 @@ def _r_phi(log_s, log_r):
     return jnp.exp(log_r) * jnp.maximum(jnp.expm1(d) - d, 0.0)
 
 
-def score_entropy(graph: str, log_score_BxLxV: jax.Array, x0_BxL: jax.Array, z_BxL: jax.Array,
+def score_entropy(graph, log_score_BxLxV: jax.Array, x0_BxL: jax.Array, z_BxL: jax.Array,
                   lam_B: jax.Array, target_BxL: jax.Array | None = None) -> jax.Array:
     """Denoising score entropy per unit sigma_bar, summed over positions: float32 [B] (nats).
 
@@ -198,48 +188,21 @@ def score_entropy(graph: str, log_score_BxLxV: jax.Array, x0_BxL: jax.Array, z_B
     ``r_y = p_{lam|0}(y | x0_i) / p_{lam|0}(z_i | x0_i)`` and q the rate per unit sigma_bar
     (absorb: 1 into MASK; uniform: 1/V). Multiply by sigma(t) for SEDD's l_DSE (Eq. 3), or by
     1 / (1 - lam) for the density in lam. Non-negative, zero iff s = r at every contributing
-    entry, hence zero in expectation only at the exact score (spec §3.1).
-
-    absorb: only masked positions contribute, ``a [phi(c_x0) + sum_{v != x0} c_v]`` with
-    ``c = s / a``; for a normalised c this is ``a (-log c_x0)`` (Lemma 3.3: DSE = sigma a DCE).
-    uniform (closed form, as SEDD's code): if z_i = x0_i, r = 1 / (1 + V a) for every y != z_i;
-    otherwise r = 1 + V a at y = x0_i and 1 elsewhere; all scaled by 1/V.
+    entry, hence zero in expectation only at the exact score (docs/discrete_diffusion.md §3.1).
+    The graph's own formula is :meth:`AbsorbGraph.score_entropy` / :meth:`UniformGraph.score_entropy`.
 
     Args:
       log_score_BxLxV: float [B, L, V] log-scores (any float dtype; computed in float32).
       x0_BxL, z_BxL: int [B, L] clean and noised tokens (z may be MASK = V for absorb).
       lam_B: float [B] noise levels in (0, 1).
       target_BxL: optional bool [B, L]; positions outside it contribute nothing.
-    Source: SEDD arXiv 2310.16834 Eq. 3 / code; spec §3.1.
+    Source: SEDD arXiv 2310.16834 Eq. 3 / code; docs/discrete_diffusion.md §3.1.
     """
-    check_graph(graph)
-    ls = log_score_BxLxV.astype(jnp.float32)
-    V = ls.shape[-1]
-    la = log_a(lam_B)[:, None, None]  # [B, 1, 1]
-    x0_oh = jax.nn.one_hot(x0_BxL, V, dtype=bool)
-    if graph == "absorb":
-        # c = s / a; per masked position a * (phi(c_x0) + sum_{v != x0} c_v).
-        log_c = ls - la
-        c = jnp.exp(log_c)
-        lc_x0 = jnp.sum(jnp.where(x0_oh, log_c, 0.0), axis=-1)
-        others = jnp.sum(jnp.where(x0_oh, 0.0, c), axis=-1)
-        per_pos = jnp.exp(la[..., 0]) * (jnp.maximum(jnp.expm1(lc_x0) - lc_x0, 0.0) + others)
-        active = z_BxL == V
-    else:
-        log_va1 = jnp.logaddexp(0.0, la + math.log(V))  # log(1 + V a)
-        z_oh = jax.nn.one_hot(z_BxL, V, dtype=bool)
-        same = (z_BxL == x0_BxL)[..., None]
-        log_r = jnp.where(same, -log_va1, jnp.where(x0_oh, log_va1, 0.0))
-        terms = jnp.where(z_oh, 0.0, _r_phi(ls, log_r))
-        per_pos = jnp.sum(terms, axis=-1) / V
-        active = jnp.ones(z_BxL.shape, bool)
-    if target_BxL is not None:
-        active = active & target_BxL
-    return jnp.sum(jnp.where(active, per_pos, 0.0), axis=-1)
+    return get_graph(graph).score_entropy(log_score_BxLxV, x0_BxL, z_BxL, lam_B, target_BxL)
 
 
 def dce_absorb(log_c_BxLxV: jax.Array, x0_BxL: jax.Array, z_BxL: jax.Array) -> jax.Array:
-    """Denoising cross-entropy ``sum_{i masked} -log c_{i, x0_i}``: float32 [B] nats (spec §3.2)."""
+    """Denoising cross-entropy ``sum_{i masked} -log c_{i, x0_i}``: float32 [B] nats (docs/discrete_diffusion.md §3.2)."""
     return masked.masked_cross_entropy(log_c_BxLxV.astype(jnp.float32), x0_BxL,
                                        z_BxL == log_c_BxLxV.shape[-1])
 
@@ -248,7 +211,7 @@ def prior_kl_uniform(lam_max: float, vocab_size: int, num_positions: int) -> flo
     """KL(p_{lam_max|0}(. | x0) || uniform) for ``num_positions`` tokens, nats (float, exact).
 
     Per token: e log(V e) + (V - 1) b log(V b), b = lam / V, e = 1 - lam + b. Independent
-    of x0. 0 at lam_max = 1. Source: spec §1.3 / I-MDSE Eq. 11 with pi uniform.
+    of x0. 0 at lam_max = 1. Source: docs/discrete_diffusion.md §1.3 / I-MDSE Eq. 11 with pi uniform.
     """
     lam = float(lam_max)
     V = int(vocab_size)
@@ -271,7 +234,7 @@ def sample_lambda(key: jax.Array, shape, lam_max: float, method: str = "importan
     mixture): 'uniform' with probability 0.9 and 'importance' with 0.1, weight 1 / q of the
     mixture density. The integrand near lam = 0 behaves like (1/lam) x Bernoulli(~L lam) (a
     single noised token with weight 1/lam), whose second moment diverges logarithmically under
-    'uniform' (as lambda-DCE, spec §6.2); under 'importance' and 'defensive' it is finite.
+    'uniform' (as lambda-DCE, docs/discrete_diffusion.md §6.2); under 'importance' and 'defensive' it is finite.
     Measured per-sample SD with exact scores (RESULTS.md): 'defensive' is within a few % of
     'uniform' for the absorbing graph; 'importance' is lowest for the uniform graph on long
     sequences. u in (0, 1] so lam > 0. Returns (lam, weight), float32 ``shape``.
@@ -292,54 +255,81 @@ def sample_lambda(key: jax.Array, shape, lam_max: float, method: str = "importan
 
 
 # ---------------------------------------------------------------------------------------------
-# Samplers (spec §8.1)
+# Samplers (docs/discrete_diffusion.md §8.1)
 # ---------------------------------------------------------------------------------------------
 def _log_clip(p):
     return jnp.log(jnp.maximum(p, 0.0))
 
 
-def euler_step(graph: str, key: jax.Array, z_BxL: jax.Array, log_s_BxLxV: jax.Array,
-               d_sigma_bar_B: jax.Array) -> jax.Array:
-    """One Euler step of the reverse CTMC over ``d_sigma_bar = sigma(t) dt`` (spec §8.1).
+# ---------------------------------------------------------------------------------------------
+# Graphs: each one's kernel, corruption, limit law, DSE and reverse steps
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class AbsorbGraph:
+    """Absorbing graph: a real token becomes MASK (id V) at rate 1 per unit sigma_bar, so it
+    survives with probability 1 - lam (docs/discrete_diffusion.md §1.2)."""
 
-    Per position, y != z_i is drawn with probability d_sigma_bar * q(y -> z_i) * s_y and z_i
-    is kept with the rest (clipped at 0). absorb: only MASK positions move (rate s_v into v);
-    uniform: rate s_y / V. Categorical draws use the exact-tail sampler
-    (:func:`masked.sample_categorical`). int32 [B, L].
-    """
-    check_graph(graph)
-    ls = log_s_BxLxV.astype(jnp.float32)
-    B, L, V = ls.shape
-    ds = jnp.asarray(d_sigma_bar_B, jnp.float32)[:, None, None]
-    rate_log = ls + jnp.log(ds) - (math.log(V) if graph == "uniform" else 0.0)
-    if graph == "absorb":
+    name: str = dataclasses.field(default="absorb", init=False)
+    has_mask: bool = dataclasses.field(default=True, init=False)
+
+    def transition_probs(self, x_BxL, lam_B, vocab_size):
+        """float32 [B, L, V + 1], last column MASK."""
+        lam = jnp.asarray(lam_B, jnp.float32)[:, None, None]
+        onehot = jax.nn.one_hot(x_BxL, vocab_size + 1, dtype=jnp.float32)
+        mask = jax.nn.one_hot(jnp.full_like(x_BxL, vocab_size), vocab_size + 1, dtype=jnp.float32)
+        return (1.0 - lam) * onehot + lam * mask
+
+    def draw_corruption(self, key, shape, lam_B, vocab_size, target_BxL=None, dtype=jnp.int32):
+        """(hit_BxL bool, new_BxL): which positions are noised and what they become (MASK).
+        Independent of the clean tokens, so coupled estimates can share it."""
+        k1, _ = jax.random.split(key)
+        hit = jax.random.uniform(k1, shape) < jnp.asarray(lam_B, jnp.float32)[:, None]
+        if target_BxL is not None:
+            hit = hit & target_BxL
+        return hit, jnp.full(shape, vocab_size, dtype)
+
+    def sample_limit(self, key, num_samples, seq_len, vocab_size):
+        del key
+        return jnp.full((num_samples, seq_len), vocab_size, jnp.int32)
+
+    def score_entropy(self, log_score_BxLxV, x0_BxL, z_BxL, lam_B, target_BxL=None):
+        """Only masked positions contribute, ``a [phi(c_x0) + sum_{v != x0} c_v]`` with
+        ``c = s / a``; for a normalised c this is ``a (-log c_x0)`` (Lemma 3.3: DSE = sigma a DCE)."""
+        ls = log_score_BxLxV.astype(jnp.float32)
+        V = ls.shape[-1]
+        la = log_a(lam_B)[:, None, None]  # [B, 1, 1]
+        x0_oh = jax.nn.one_hot(x0_BxL, V, dtype=bool)
+        log_c = ls - la
+        c = jnp.exp(log_c)
+        lc_x0 = jnp.sum(jnp.where(x0_oh, log_c, 0.0), axis=-1)
+        others = jnp.sum(jnp.where(x0_oh, 0.0, c), axis=-1)
+        per_pos = jnp.exp(la[..., 0]) * (jnp.maximum(jnp.expm1(lc_x0) - lc_x0, 0.0) + others)
+        active = z_BxL == V
+        if target_BxL is not None:
+            active = active & target_BxL
+        return jnp.sum(jnp.where(active, per_pos, 0.0), axis=-1)
+
+    def prior_kl(self, lam_max, vocab_size, num_positions):
+        """None: the absorbing prior KL depends on the model (see ScoreEntropyProcess.exact_terms)."""
+        return None
+
+    def euler_step(self, key, z_BxL, log_s_BxLxV, d_sigma_bar_B):
+        """Only MASK positions move, to v at rate s_v (clipped stay probability)."""
+        ls = log_s_BxLxV.astype(jnp.float32)
+        B, L, V = ls.shape
+        ds = jnp.asarray(d_sigma_bar_B, jnp.float32)[:, None, None]
+        rate_log = ls + jnp.log(ds)
         stay = 1.0 - jnp.sum(jnp.exp(rate_log), axis=-1, keepdims=True)
         logp = jnp.concatenate([rate_log, _log_clip(stay)], axis=-1)  # [B, L, V + 1]
         new = masked.sample_categorical(key, logp.reshape(B * L, V + 1)).reshape(B, L)
         return jnp.where(z_BxL == V, new, z_BxL).astype(jnp.int32)
-    z_oh = jax.nn.one_hot(z_BxL, V, dtype=bool)
-    move = jnp.where(z_oh, 0.0, jnp.exp(rate_log))
-    stay = 1.0 - jnp.sum(move, axis=-1, keepdims=True)
-    logp = jnp.where(z_oh, _log_clip(stay), rate_log)
-    return masked.sample_categorical(key, logp.reshape(B * L, V)).reshape(B, L)
 
-
-def tweedie_step(graph: str, key: jax.Array, z_BxL: jax.Array, log_s_BxLxV: jax.Array,
-                 d_sigma_bar_B: jax.Array, final: bool = False) -> jax.Array:
-    """One Tweedie tau-leaping ("analytic") step over ``d_sigma_bar`` (spec §8.1).
-
-    ``p(y | z_i) ∝ [exp(-Δσ Q) s]_y [exp(Δσ Q)]_{z_i, y}``:
-    absorb at MASK: real v with ``s_v expm1(Δσ)``, MASK with ``1 - expm1(Δσ) sum_v s_v``
-    (clipped at 0); with the exact score this is the exact posterior (unmask probability
-    (lam_t - lam_s) / lam_t). ``final=True`` drops the MASK column (the last denoising step).
-    uniform: staggered score ``e^{Δσ} s_y + (1 - e^{Δσ}) mean(s)`` times ``K_Δσ(z_i | y)``.
-    int32 [B, L]. Source: SEDD arXiv 2310.16834 §4.2 and code ("analytic" predictor).
-    """
-    check_graph(graph)
-    ls = log_s_BxLxV.astype(jnp.float32)
-    B, L, V = ls.shape
-    ds = jnp.asarray(d_sigma_bar_B, jnp.float32)[:, None, None]
-    if graph == "absorb":
+    def tweedie_step(self, key, z_BxL, log_s_BxLxV, d_sigma_bar_B, final=False):
+        """At MASK: real v with ``s_v expm1(Δσ)``, MASK with ``1 - expm1(Δσ) sum_v s_v``
+        (clipped at 0); exact posterior for the exact score. ``final`` drops the MASK column."""
+        ls = log_s_BxLxV.astype(jnp.float32)
+        B, L, V = ls.shape
+        ds = jnp.asarray(d_sigma_bar_B, jnp.float32)[:, None, None]
         log_em1 = jnp.log(jnp.expm1(ds))
         unmask = ls + log_em1
         if final:
@@ -349,12 +339,252 @@ def tweedie_step(graph: str, key: jax.Array, z_BxL: jax.Array, log_s_BxLxV: jax.
             logp = jnp.concatenate([unmask, _log_clip(stay)], axis=-1)
         new = masked.sample_categorical(key, logp.reshape(B * L, V + 1)).reshape(B, L)
         return jnp.where(z_BxL == V, new, z_BxL).astype(jnp.int32)
-    z_oh = jax.nn.one_hot(z_BxL, V, dtype=bool)
-    s = jnp.exp(jnp.where(z_oh, 0.0, ls))
-    stag = jnp.exp(ds) * s - jnp.expm1(ds) * jnp.mean(s, axis=-1, keepdims=True)
-    k_back = jnp.where(z_oh, jnp.exp(-ds), 0.0) - jnp.expm1(-ds) / V  # K_Δσ(z_i | y)
-    logp = _log_clip(stag) + jnp.log(k_back)
-    return masked.sample_categorical(key, logp.reshape(B * L, V)).reshape(B, L)
+
+
+@dataclasses.dataclass(frozen=True)
+class UniformGraph:
+    """Uniform graph (SEDD's code convention Q = (1 1^T - V I) / V): with probability lam a
+    token is resampled uniformly over the V real tokens (docs/discrete_diffusion.md §1.3)."""
+
+    name: str = dataclasses.field(default="uniform", init=False)
+    has_mask: bool = dataclasses.field(default=False, init=False)
+
+    def transition_probs(self, x_BxL, lam_B, vocab_size):
+        """float32 [B, L, V]: (1 - lam) 1[y = x] + lam / V."""
+        lam = jnp.asarray(lam_B, jnp.float32)[:, None, None]
+        onehot = jax.nn.one_hot(x_BxL, vocab_size, dtype=jnp.float32)
+        return (1.0 - lam) * onehot + lam / vocab_size
+
+    def draw_corruption(self, key, shape, lam_B, vocab_size, target_BxL=None, dtype=jnp.int32):
+        """(hit_BxL bool, new_BxL uniform tokens); independent of the clean tokens."""
+        k1, k2 = jax.random.split(key)
+        hit = jax.random.uniform(k1, shape) < jnp.asarray(lam_B, jnp.float32)[:, None]
+        if target_BxL is not None:
+            hit = hit & target_BxL
+        return hit, jax.random.randint(k2, shape, 0, vocab_size, dtype=dtype)
+
+    def sample_limit(self, key, num_samples, seq_len, vocab_size):
+        return jax.random.randint(key, (num_samples, seq_len), 0, vocab_size, dtype=jnp.int32)
+
+    def score_entropy(self, log_score_BxLxV, x0_BxL, z_BxL, lam_B, target_BxL=None):
+        """Closed form (as SEDD's code): if z_i = x0_i, r = 1 / (1 + V a) for every y != z_i;
+        otherwise r = 1 + V a at y = x0_i and 1 elsewhere; all scaled by the rate 1/V."""
+        ls = log_score_BxLxV.astype(jnp.float32)
+        V = ls.shape[-1]
+        la = log_a(lam_B)[:, None, None]  # [B, 1, 1]
+        x0_oh = jax.nn.one_hot(x0_BxL, V, dtype=bool)
+        log_va1 = jnp.logaddexp(0.0, la + math.log(V))  # log(1 + V a)
+        z_oh = jax.nn.one_hot(z_BxL, V, dtype=bool)
+        same = (z_BxL == x0_BxL)[..., None]
+        log_r = jnp.where(same, -log_va1, jnp.where(x0_oh, log_va1, 0.0))
+        terms = jnp.where(z_oh, 0.0, _r_phi(ls, log_r))
+        per_pos = jnp.sum(terms, axis=-1) / V
+        active = jnp.ones(z_BxL.shape, bool)
+        if target_BxL is not None:
+            active = active & target_BxL
+        return jnp.sum(jnp.where(active, per_pos, 0.0), axis=-1)
+
+    def prior_kl(self, lam_max, vocab_size, num_positions):
+        """KL(p_{lam_max|0} || uniform) for ``num_positions`` tokens (:func:`prior_kl_uniform`)."""
+        return prior_kl_uniform(lam_max, vocab_size, num_positions)
+
+    def euler_step(self, key, z_BxL, log_s_BxLxV, d_sigma_bar_B):
+        """y != z_i with probability d_sigma_bar s_y / V, z_i kept with the rest."""
+        ls = log_s_BxLxV.astype(jnp.float32)
+        B, L, V = ls.shape
+        ds = jnp.asarray(d_sigma_bar_B, jnp.float32)[:, None, None]
+        rate_log = ls + jnp.log(ds) - math.log(V)
+        z_oh = jax.nn.one_hot(z_BxL, V, dtype=bool)
+        move = jnp.where(z_oh, 0.0, jnp.exp(rate_log))
+        stay = 1.0 - jnp.sum(move, axis=-1, keepdims=True)
+        logp = jnp.where(z_oh, _log_clip(stay), rate_log)
+        return masked.sample_categorical(key, logp.reshape(B * L, V)).reshape(B, L)
+
+    def tweedie_step(self, key, z_BxL, log_s_BxLxV, d_sigma_bar_B, final=False):
+        """Staggered score ``e^{Δσ} s_y + (1 - e^{Δσ}) mean(s)`` times ``K_Δσ(z_i | y)``."""
+        del final
+        ls = log_s_BxLxV.astype(jnp.float32)
+        B, L, V = ls.shape
+        ds = jnp.asarray(d_sigma_bar_B, jnp.float32)[:, None, None]
+        z_oh = jax.nn.one_hot(z_BxL, V, dtype=bool)
+        s = jnp.exp(jnp.where(z_oh, 0.0, ls))
+        stag = jnp.exp(ds) * s - jnp.expm1(ds) * jnp.mean(s, axis=-1, keepdims=True)
+        k_back = jnp.where(z_oh, jnp.exp(-ds), 0.0) - jnp.expm1(-ds) / V  # K_Δσ(z_i | y)
+        logp = _log_clip(stag) + jnp.log(k_back)
+        return masked.sample_categorical(key, logp.reshape(B * L, V)).reshape(B, L)
+
+
+ABSORB = AbsorbGraph()
+UNIFORM = UniformGraph()
+_GRAPHS = {"absorb": ABSORB, "uniform": UNIFORM}
+Graph = AbsorbGraph | UniformGraph
+
+
+def get_graph(graph) -> Graph:
+    """The graph object for 'absorb' / 'uniform' (or a graph object itself). ValueError otherwise."""
+    if isinstance(graph, (AbsorbGraph, UniformGraph)):
+        return graph
+    return _GRAPHS[check_graph(graph)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The process: I-MDSE integrand (estimation) and SEDD's DSE loss (training) in one function
+# ---------------------------------------------------------------------------------------------
+NOISE_LAWS = ("time",) + LAMBDA_SAMPLING
+
+
+@dataclasses.dataclass(frozen=True)
+class SENoise:
+    """Noise of one Monte Carlo sample per row: ``lam_R`` (clipped), ``weight_R`` and
+    ``denom_R`` (the integrand is ``weight * DSE / denom``), ``hit_RxL`` / ``new_RxL`` (which
+    positions are noised and to what). Independent of the clean tokens."""
+
+    lam: jax.Array
+    weight: jax.Array
+    denom: jax.Array
+    hit: jax.Array
+    new: jax.Array
+
+
+jax.tree_util.register_dataclass(SENoise, data_fields=["lam", "weight", "denom", "hit", "new"],
+                                 meta_fields=[])
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreEntropyProcess:
+    """Score-entropy discrete diffusion as a :class:`infodiff.processes.base.Process`.
+
+    The integrand is ``weight * score_entropy(graph, log_s(z, lam), x, z, lam) / denom``:
+
+    * ``noise_law='time'`` (training; SEDD arXiv 2310.16834 Eq. 3): t ~ U[0, 1) (antithetic
+      across the batch if ``antithetic``), lam = lambda(t) clipped to [1e-7, 1 - 2^-24],
+      weight sigma(t), denom 1 -- an unbiased estimate of the DSE time integral
+      (``schedule`` required);
+    * ``noise_law`` in ``LAMBDA_SAMPLING`` (estimation; I-MDSE, arXiv 2510.24088 Thm 3.2):
+      lam ~ q on (0, lam_max] by :func:`sample_lambda`, weight 1 / q(lam), denom 1 - lam, i.e.
+      ``int_0^{lam_max} DSE / (1 - lam) d lam`` (docs/discrete_diffusion.md §4.1, §6).
+
+    ``exact_terms`` gives the prior KL at lam_max (``prior``): uniform graph closed form; absorb
+    ``(1 - lam_max) sum_i -log c(x_i | all targets masked)`` with the model's own prior (one
+    extra pass per sequence). A score model is ``(z_BxL int32, lam_B float32) -> log s [B, L, V]``.
+    """
+
+    graph: Graph
+    vocab_size: int
+    noise_law: str = "defensive"
+    lam_max: float = 1.0
+    schedule: object = None
+    antithetic: bool = True
+    chunk_order: str = "samples"
+    denoiser_inputs: str = "(z_BxL int32, lam_B float32) -> log-scores [B, L, V]"
+
+    def __post_init__(self):
+        object.__setattr__(self, "graph", get_graph(self.graph))
+        if self.noise_law not in NOISE_LAWS:
+            raise ValueError(f"unknown lambda_sampling {self.noise_law!r}; choose from {LAMBDA_SAMPLING}")
+        if self.noise_law == "time" and self.schedule is None:
+            raise ValueError("noise_law='time' (training) needs a schedule")
+        if not 0.0 < float(self.lam_max) <= 1.0:
+            raise ValueError(f"lam_max must be in (0, 1]; got {self.lam_max}")
+
+    @property
+    def estimator(self) -> str:
+        return f"imdse_{self.graph.name}:{self.noise_law}"
+
+    @property
+    def infinite_variance(self) -> bool:
+        """'uniform' lam sampling (SEDD's t ~ U): log-divergent variance (docs §6.2)."""
+        return self.noise_law == "uniform"
+
+    def draw_noise(self, key, target_RxL, sample_R=None) -> SENoise:
+        del sample_R
+        R = target_RxL.shape[0]
+        k_a, k_z = jax.random.split(key)
+        if self.noise_law == "time":
+            sched = self.schedule
+            if self.antithetic:
+                u0 = jax.random.uniform(k_a, ())
+                t = jnp.mod(u0 + jnp.arange(R, dtype=jnp.float32) / R, 1.0)
+            else:
+                t = jax.random.uniform(k_a, (R,))
+            lam = jnp.clip(sched.mask_prob(t), 1e-7, LAM_ONE)
+            weight, denom = sched.sigma(t), jnp.ones((R,), jnp.float32)
+        else:
+            lam, weight = sample_lambda(k_a, (R,), self.lam_max, self.noise_law)
+            lam = clip_lam(lam)  # u = 1 with lam_max = 1 would give 1 / (1 - lam) = inf
+            denom = 1.0 - lam
+        hit, new = self.graph.draw_corruption(k_z, target_RxL.shape, lam, self.vocab_size, target_RxL)
+        return SENoise(lam, weight, denom, hit, new)
+
+    def integrand(self, apply_fn, params, x_RxL, noise: SENoise, target_RxL=None):
+        V = self.vocab_size
+        z = apply_corruption(x_RxL, noise.hit, noise.new)
+        log_s = apply_fn(params, z, noise.lam)
+        if log_s.shape != (x_RxL.shape[0], x_RxL.shape[1], V):
+            raise ValueError(f"the score model returned shape {log_s.shape}, expected "
+                             f"{(x_RxL.shape[0], x_RxL.shape[1], V)} (vocab_size={V} mismatch?)")
+        ent = self.graph.score_entropy(log_s, x_RxL, z, noise.lam, target_RxL)
+        return noise.weight * ent / noise.denom
+
+    def exact_terms(self, apply_fn, params, x_BxL, target_BxL, batch_size) -> dict:
+        B = x_BxL.shape[0]
+        prior = np.zeros(B, np.float64)
+        if float(self.lam_max) < 1.0:
+            if self.graph.name == "uniform":
+                prior[:] = [self.graph.prior_kl(self.lam_max, self.vocab_size, int(n))
+                            for n in np.asarray(target_BxL).sum(axis=1)]
+            else:
+                n = min(B, int(batch_size))
+                for b0 in range(0, B, n):  # fixed shape (last chunk padded): one compilation
+                    rows = np.arange(b0, b0 + n) % B
+                    vals = absorb_prior(apply_fn, params, self.vocab_size, float(self.lam_max),
+                                        jnp.asarray(x_BxL[rows]), jnp.asarray(target_BxL[rows]))
+                    prior[b0:b0 + n] = np.asarray(vals, np.float64)[: min(n, B - b0)]
+        return {"prior": prior}
+
+    def passes_per_sample(self, target_BxL) -> int:
+        return 1
+
+    def extra_passes(self) -> int:
+        """Passes per sequence outside the Monte Carlo samples (the absorbing prior)."""
+        return 1 if (self.graph.name == "absorb" and float(self.lam_max) < 1.0) else 0
+
+    def validate(self, x):
+        from infodiff.validation import validate_tokens
+
+        return validate_tokens(x, self.vocab_size)
+
+    def check_target(self, target_BxL) -> None:
+        if self.graph.name == "uniform" and not np.asarray(target_BxL).all():
+            raise NotImplementedError(
+                "conditional likelihood with the uniform graph: a score model of the jointly "
+                "noised sequence does not give scores with a clean prompt; use graph='absorb'")
+
+
+@functools.partial(jax.jit, static_argnames=("apply_fn", "vocab_size", "lam_max"))
+def absorb_prior(apply_fn, params, vocab_size, lam_max, x_BxL, target_BxL):
+    """float32 [B]: (1 - lam_max) * sum_{target} -log c(x_i | targets masked), c normalised
+    (the absorbing graph's prior KL with the model's own prior at T)."""
+    z = jnp.where(target_BxL, vocab_size, x_BxL).astype(jnp.int32)
+    lam = jnp.full((x_BxL.shape[0],), lam_max, jnp.float32)
+    log_c = absorb_mean_from_log_score(apply_fn(params, z, lam), lam)
+    log_c = jax.nn.log_softmax(log_c, axis=-1)
+    ce = -jnp.take_along_axis(log_c, x_BxL[..., None], axis=-1)[..., 0]
+    return (1.0 - lam_max) * jnp.sum(jnp.where(target_BxL, ce, 0.0), axis=-1)
+
+
+def euler_step(graph, key: jax.Array, z_BxL: jax.Array, log_s_BxLxV: jax.Array,
+               d_sigma_bar_B: jax.Array) -> jax.Array:
+    """One Euler step of the reverse CTMC over ``d_sigma_bar = sigma(t) dt``
+    (docs/discrete_diffusion.md §8.1). int32 [B, L]; see :meth:`AbsorbGraph.euler_step`."""
+    return get_graph(graph).euler_step(key, z_BxL, log_s_BxLxV, d_sigma_bar_B)
+
+
+def tweedie_step(graph, key: jax.Array, z_BxL: jax.Array, log_s_BxLxV: jax.Array,
+                 d_sigma_bar_B: jax.Array, final: bool = False) -> jax.Array:
+    """One Tweedie tau-leaping ("analytic") step over ``d_sigma_bar``
+    (docs/discrete_diffusion.md §8.1). int32 [B, L]; see :meth:`AbsorbGraph.tweedie_step`."""
+    return get_graph(graph).tweedie_step(key, z_BxL, log_s_BxLxV, d_sigma_bar_B, final)
 
 
 @functools.partial(jax.jit, static_argnames=("log_score_fn", "graph", "num_samples", "seq_len",
@@ -408,10 +638,10 @@ def sample(log_score_fn: LogScoreFn, graph: str, key: jax.Array, num_samples: in
     ``log_score_fn`` must be hashable (a network wrapper or an oracle's bound method); it is
     a static argument of the compiled loop. An optional prompt [B, P] is held fixed at the
     first P positions. Raises ValueError for an unknown graph or method, num_steps < 1 or
-    lam_min outside (0, lam_max). Source: spec §8.1.
+    lam_min outside (0, lam_max). Source: docs/discrete_diffusion.md §8.1.
     """
     check_graph(graph)
-    _check_model_graph(log_score_fn, graph)
+    check_model_graph(log_score_fn, graph)
     if method not in ("euler", "tweedie"):
         raise ValueError(f"unknown sampler {method!r}; choose 'euler' or 'tweedie'")
     if int(num_steps) < 1:
@@ -422,7 +652,7 @@ def sample(log_score_fn: LogScoreFn, graph: str, key: jax.Array, num_samples: in
                    int(num_steps), method, float(lam_max), float(lam_min), prompt_BxP)
 
 
-def _check_model_graph(score_model, graph: str) -> None:
+def check_model_graph(score_model, graph: str) -> None:
     """Raise ValueError if a score model that declares its graph (``.graph``) has another one."""
     own = getattr(score_model, "graph", None)
     if own is not None and own != graph:
@@ -468,3 +698,39 @@ class OracleScore:
 
     def __call__(self, z_BxL, lam_B):
         return self.oracle.log_score(z_BxL, lam_B, self.graph)
+
+
+# ---------------------------------------------------------------------------------------------
+# Network output -> log-scores (the score parameterisation of a trained SEDD network)
+# ---------------------------------------------------------------------------------------------
+SCORE_PARAMS = ("direct", "mean")
+
+
+def check_score_param(score_param: str) -> str:
+    """Return ``score_param`` if it is one of ``SCORE_PARAMS``; ValueError naming it otherwise."""
+    if score_param not in SCORE_PARAMS:
+        raise ValueError(f"config.process.score_param={score_param!r}; choose from {SCORE_PARAMS}")
+    return score_param
+
+
+def log_score_from_output(graph: str, score_param: str, out_BxLxV: jax.Array, z_BxL: jax.Array,
+                          lam_B: jax.Array) -> jax.Array:
+    """Network output [B, L, V] -> SEDD log-scores [B, L, V] (float32).
+
+    ``direct`` (SEDD): absorb ``log s = logits - log V + log a(lam)`` (SEDD's "scale by sigma",
+    with -log V instead of -log(V - 1) so that a zero-initialised head gives sum_v c_v = 1);
+    uniform ``log s = logits`` (entry z_i unused). ``mean`` (x0-prediction, normalised):
+    absorb ``log s = log_softmax + log a(lam)`` (RADD); uniform the exact posterior-to-score map
+    :func:`uniform_log_score_from_mean`. ``z_BxL`` int ids, ``lam_B`` float32 noise levels.
+    Source: docs/discrete_diffusion.md §5.2.
+    """
+    V = out_BxLxV.shape[-1]
+    if graph == "absorb":
+        log_c = out_BxLxV - math.log(V) if score_param == "direct" else out_BxLxV
+        return absorb_log_score_from_mean(log_c, lam_B)
+    if score_param == "direct":
+        return out_BxLxV.astype(jnp.float32)
+    return uniform_log_score_from_mean(out_BxLxV, z_BxL, lam_B)
+
+
+__all__ += ["SCORE_PARAMS", "check_score_param", "log_score_from_output"]

@@ -13,7 +13,7 @@ point: `python run_experiment.py --config configs/exp_<name>.py --workdir result
                     stratified estimator (beyond the paper)
 
 The paper gives these as figures only; its released evaluators use a biased m-sampler (never
-m = n) and per-token averaging (spec §11), which infodiff does not reproduce.
+m = n) and per-token averaging (docs/discrete_diffusion.md §11), which infodiff does not reproduce.
 """
 
 from __future__ import annotations
@@ -29,20 +29,37 @@ import time
 import warnings
 
 import jax
-import matplotlib
+import ml_collections
+import numpy as np
+import scipy.special
+import scipy.stats
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import ml_collections  # noqa: E402
-import numpy as np  # noqa: E402
-import scipy.special  # noqa: E402
-import scipy.stats  # noqa: E402
+from infodiff import denoisers
+from infodiff import likelihood as lk
+from infodiff import oracles, tasks, training
+from infodiff import schedules as schedules_lib
+from infodiff.data import text as text_data
+from infodiff.networks.text_denoisers import Denoiser
+from infodiff.processes import masked
 
-from infodiff import likelihood as lk  # noqa: E402
-from infodiff import oracles, training  # noqa: E402
-from infodiff import schedules as schedules_lib  # noqa: E402
-from infodiff.data import text as text_data  # noqa: E402
-from infodiff.processes import masked  # noqa: E402
+
+def _ints(spec) -> list[int]:
+    """A tuple of integers (or a comma-separated string, as older configs wrote them)."""
+    return [int(v) for v in (spec.split(",") if isinstance(spec, str) else spec)]
+
+
+def _names(spec) -> list[str]:
+    return [str(v).strip() for v in (spec.split(",") if isinstance(spec, str) else spec)]
+
+
+def _pyplot():
+    """matplotlib's pyplot with the file-only Agg backend (imported when a figure is drawn)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 # ---------------------------------------------------------------------------------------------
@@ -67,12 +84,14 @@ def toy_corpus(sample_fn, n_train: int, n_valid: int, seed: int, name: str) -> T
     return ToyCorpus(tr, va, name, sums)
 
 
-def train_model(config, workdir: str, corpus) -> training.Denoiser:
-    """Train (or resume) with `training.train_and_evaluate`; return the EMA denoiser."""
+def train_model(config, workdir: str, corpus) -> Denoiser:
+    """Train (or resume) `tasks.make_task(config, data=corpus)` with `training.train` in
+    `<workdir>/train`; return the EMA denoiser."""
     train_dir = os.path.join(workdir, "train")
-    training.train_and_evaluate(config, train_dir, corpus=corpus)
-    state, _ = training.load_checkpoint(train_dir, config=config)
-    return training.make_denoiser(training.make_model(config), state.ema_params)
+    task = tasks.make_task(config, data=corpus)
+    training.train(task, train_dir)
+    state, _ = training.load_checkpoint(train_dir, task)
+    return task.denoiser(state.ema_params)
 
 
 def write_results(outdir: str, results: dict, markdown: str, fig=None, name: str = "results"):
@@ -88,7 +107,7 @@ def write_results(outdir: str, results: dict, markdown: str, fig=None, name: str
     if fig is not None:
         paths["png"] = os.path.join(outdir, f"{name}.png")
         fig.savefig(paths["png"], dpi=120, bbox_inches="tight")
-        plt.close(fig)
+        _pyplot().close(fig)
     return paths
 
 
@@ -130,7 +149,7 @@ def exact_time_free_values(denoiser, x_NxL: np.ndarray, vocab_size: int, schedul
     w_K = 1.0 / (m_K * scipy.special.comb(L, m_K))
     sched = schedule or schedules_lib.LinearSchedule()
     t_K = np.asarray(sched.t_from_lambda(m_K / L), np.float32)
-    apply_fn, params = lk._split_denoiser(denoiser)
+    apply_fn, params = denoisers.split(denoiser)
     K = len(masks)
     per = max(1, batch_size // K)
     out = np.zeros(N)
@@ -209,7 +228,7 @@ def run_dna128(config, workdir: str) -> dict:
           f"{s['mean_error']:+.3f}", f"{s['pearson_r']:.4f}"]
          for name, s in (("all 255 masks enumerated", stats_exact),
                          (f"time-free MC, {tc.num_mc} samples", stats_mc))])
-    fig, ax = plt.subplots(figsize=(9, 4))
+    fig, ax = _pyplot().subplots(figsize=(9, 4))
     _scatter_sorted(ax, truth, exact_model, label="model (time-free, enumerated)")
     ax.set_title(f"DNA-128: MAE {stats_exact['mae']:.3f} nats, r = {stats_exact['pearson_r']:.3f}")
     results["files"] = write_results(workdir, results, md, fig)
@@ -273,7 +292,7 @@ def run_markov_cond(config, workdir: str) -> dict:
                 f"{stats['max_abs_error']:.3f}", f"{stats['mean_error']:+.3f}",
                 f"{stats['pearson_r']:.4f}", f"{est.stderr.mean():.3f}",
                 f"{np.max(np.abs(z_oracle)):.2f}"]]))
-    fig, ax = plt.subplots(figsize=(9, 4))
+    fig, ax = _pyplot().subplots(figsize=(9, 4))
     _scatter_sorted(ax, truth, est.mean, est.stderr, label=f"model ({tc.estimator})")
     ax.set_title(f"Markov-4 conditional: MAE {stats['mae']:.3f} nats, r = {stats['pearson_r']:.3f}")
     results["files"] = write_results(workdir, results, md, fig)
@@ -313,13 +332,14 @@ def run_ood(config, workdir: str) -> dict:
     t0 = time.time()
     oc = config.ood
     if oc.model_dir:
-        state, meta = training.load_checkpoint(oc.model_dir)
-        mcfg = ml_collections.ConfigDict(meta["config"])
-        den = training.make_denoiser(training.make_model(mcfg), state.ema_params)
+        mcfg = ml_collections.ConfigDict(training.load_meta(oc.model_dir)["config"])
+        corpus = tasks.load_text_corpus(mcfg)
+        task = tasks.make_task(mcfg, data=corpus)
+        state, _ = training.load_checkpoint(oc.model_dir, task)
+        den = task.denoiser(state.ema_params)
         L = int(mcfg.data.seq_len)
-        corpus = training.load_config_corpus(mcfg)
     else:
-        corpus = training.load_config_corpus(config)
+        corpus = tasks.load_text_corpus(config)
         den = train_model(config, workdir, corpus)
         L = int(config.data.seq_len)
     P = int(oc.prompt_len)
@@ -365,7 +385,7 @@ def run_ood(config, workdir: str) -> dict:
         ["OOD group", "AUROC ± bootstrap SE", "paired accuracy", "mean NLL in", "mean NLL OOD"],
         [[k, f"{v['auroc']:.3f} ± {v['auroc_bootstrap_se']:.3f}", f"{v['paired_accuracy']:.3f}",
           f"{v['mean_nll_in_nats']:.1f}", f"{v['mean_nll_ood_nats']:.1f}"] for k, v in out.items()])
-    fig, axes = plt.subplots(1, len(hist), figsize=(11, 3.5))
+    fig, axes = _pyplot().subplots(1, len(hist), figsize=(11, 3.5))
     for ax, (name, (a, b)) in zip(np.atleast_1d(axes), hist.items()):
         bins = np.linspace(min(a.min(), b.min()), max(a.max(), b.max()), 40)
         ax.hist(a, bins, alpha=0.6, label="true continuation")
@@ -418,8 +438,8 @@ def run_variance(config, workdir: str) -> dict:
     alt = chain.sample_response(rng, prompts, R)
     key = jax.random.PRNGKey(vc.seed)
     bs = int(vc.batch_size)
-    budgets = [int(b) for b in vc.budgets.split(",")]
-    estimators = [e.strip() for e in vc.estimators.split(",")]
+    budgets = _ints(vc.budgets)
+    estimators = _names(vc.estimators)
     table1 = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -431,7 +451,7 @@ def run_variance(config, workdir: str) -> dict:
                     table1[f"{which}/{est_name}/{b}"] = {"variance": v, "forward_passes": passes}
         table2 = {}
         for which, den in (("oracle", chain), ("model", model)):
-            for n in [int(s) for s in vc.ratio_samples.split(",")]:
+            for n in _ints(vc.ratio_samples):
                 for coupled in (True, False):
                     table2[f"{which}/{n}/{'coupled' if coupled else 'decoupled'}"] = _ratio_variance(
                         den, prompts, resp, alt, n, int(vc.ratio_reps), jax.random.fold_in(key, 7 * n + coupled),
@@ -480,7 +500,7 @@ def run_variance(config, workdir: str) -> dict:
     for which in ("oracle", "model"):
         rows = [[n, f"{table2[f'{which}/{n}/coupled']:.3f}", f"{table2[f'{which}/{n}/decoupled']:.3f}",
                  f"{table2[f'{which}/{n}/decoupled'] / table2[f'{which}/{n}/coupled']:.1f}×"]
-                for n in [int(s) for s in vc.ratio_samples.split(",")]]
+                for n in _ints(vc.ratio_samples)]
         md.append(f"\n{which}:\n\n" + md_table(["MC samples", "coupled", "decoupled", "ratio"], rows))
     md.append("\n## Variance per forward pass relative to the time-free estimator (exact oracles)")
     for toy, rows in vpf.items():
@@ -488,7 +508,7 @@ def run_variance(config, workdir: str) -> dict:
             ["estimator", "var / forward pass", "time-free ÷ this", "bias ± SE", "max |z|"],
             [[e, f"{r['variance_per_forward_pass']:.3f}", f"{r['ratio_time_free_over_this']:.1f}×",
               f"{r['bias']:+.4f} ± {r['bias_stderr']:.4f}", f"{r['max_abs_z']:.2f}"] for e, r in rows.items()]))
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = _pyplot().subplots(figsize=(6, 4))
     for e in estimators:
         ax.loglog(budgets, [table1[f"oracle/{e}/{b}"]["variance"] for b in budgets], "o-", label=e)
     ax.set_xlabel("forward passes per estimate")

@@ -1,0 +1,190 @@
+"""The report: one schema for every process and mode, a readable table, strict JSON on disk.
+
+Schema (``version`` 2, documented in docs/report.md): every report has ``version``, ``kind``
+('network' | 'oracle'), ``process`` ({'name', ...settings}), ``units``, ``seed``,
+``wall_time_s``, ``env``, ``argv``, ``config``. A network report adds ``estimator``,
+``infinite_variance``, ``data``, ``nll``, ``nll_stderr``, ``stderr_kind``, ``stderr_mc``,
+``stderr_data_and_mc``, ``bits``, ``bits_stderr``, ``terms``, ``num_samples_per_item``,
+``forward_passes``, ``per_sample_std``, ``samples``, ``extras``. An oracle report adds
+``oracle`` and ``results`` with lists of rows (:func:`oracle_row`) and ``samplers``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+__all__ = ["REPORT_VERSION", "COMMON_KEYS", "NETWORK_KEYS", "ORACLE_KEYS", "ROW_KEYS", "TERMS", "env", "oracle_row", "format_report", "table", "strict_json",
+           "write_report"]
+
+REPORT_VERSION = 2
+# The schema (docs/report.md): keys of every report, of each kind, and of an oracle row.
+COMMON_KEYS = ("version", "kind", "process", "units", "seed", "wall_time_s", "env", "argv", "config", "plots")
+NETWORK_KEYS = ("workdir", "checkpoint_step", "params", "data", "estimator", "infinite_variance",
+                "num_samples_per_item", "forward_passes", "nll", "nll_stderr", "stderr_kind", "stderr_mc",
+                "stderr_data_and_mc", "bits", "bits_stderr", "terms", "per_sample_std", "samples",
+                "sampler", "sample_steps", "extras")
+ORACLE_KEYS = ("oracle", "num_items", "item_size", "prompt_len", "results")
+ROW_KEYS = ("estimator", "mean_estimate", "mean_exact", "bias", "bias_stderr", "bias_z",
+            "max_abs_z_per_sequence", "per_sample_std", "per_sample_variance", "variance_per_forward_pass",
+            "stderr_at_1024_forward_passes", "terms", "num_samples", "forward_passes", "infinite_variance")
+TERMS = ("diffusion", "prior", "recon", "total")
+
+
+def env() -> dict:
+    """Versions, backend and time of this run."""
+    import jax
+
+    return {"jax": jax.__version__, "backend": jax.default_backend(), "devices": len(jax.devices()),
+            "python": platform.python_version(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def common(config, seed: int, t0: float) -> dict:
+    """The keys every report ends with."""
+    return {"seed": int(seed), "wall_time_s": time.time() - t0, "env": env(), "argv": list(sys.argv),
+            "config": json.loads(config.to_json_best_effort())}
+
+
+def oracle_row(est, truth: np.ndarray, budget: int = 1024) -> dict:
+    """One estimator against the exact values: bias and its SE, per-sample spread (nats)."""
+    N = len(truth)
+    bias = est.mean - truth
+    bias_se = float(np.sqrt(np.sum(est.stderr**2)) / N)
+    var_sample = float(np.mean(est.per_sample_std**2))
+    fp_per_sample = est.forward_passes / est.num_samples
+    return {
+        "estimator": est.estimator,
+        "mean_estimate": float(est.mean.mean()),
+        "mean_exact": float(truth.mean()),
+        "bias": float(bias.mean()),
+        "bias_stderr": bias_se,
+        # z is undefined (NaN -> null in report.json) when the estimator is exact (SE = 0).
+        "bias_z": float(bias.mean() / bias_se) if bias_se > 0 else float("nan"),
+        "max_abs_z_per_sequence": (float(np.max(np.abs(bias / est.stderr)))
+                                   if np.all(est.stderr > 0) else float("nan")),
+        "per_sample_std": math.sqrt(var_sample),
+        "per_sample_variance": var_sample,
+        "variance_per_forward_pass": var_sample * fp_per_sample,
+        f"stderr_at_{budget}_forward_passes": math.sqrt(var_sample * fp_per_sample / budget),
+        "terms": {k: float(v.mean()) for k, v in est.terms.items()},
+        "num_samples": est.num_samples,
+        "forward_passes": est.forward_passes,
+        "infinite_variance": est.infinite_variance,
+    }
+
+
+def table(headers, rows) -> str:
+    """Right-aligned plain-text table."""
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
+    out = ["  ".join(str(h).rjust(w) for h, w in zip(headers, widths)), "  ".join("-" * w for w in widths)]
+    out += ["  ".join(str(c).rjust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(out)
+
+
+def _fmt_terms(terms: dict) -> str:
+    return ", ".join(f"{k} {v:.6g}" for k, v in terms.items() if k != "total")
+
+
+def _format_network(r: dict) -> str:
+    d, u = r["data"], r["units"]
+    rows = [
+        ["process", ", ".join(f"{k} {v}" for k, v in r["process"].items())],
+        ["estimator", r["estimator"] + (" (INFINITE VARIANCE: SE unreliable)" if r["infinite_variance"] else "")],
+        ["checkpoint", f"step {r['checkpoint_step']} ({r['params']} params)"],
+        ["data", f"{d['name']} / {d['split']}: {d['num_items']} of {d['total_items']} {u['item']}s"
+                 + (f" x {d['item_size']}" if d.get("item_size") else "")],
+        ["MC samples / " + u["item"], r["num_samples_per_item"]],
+        ["forward passes", r["forward_passes"]],
+        [f"NLL ({u['nll']})", f"{r['nll']:.4f} ± {r['nll_stderr']:.4f}  [{r['stderr_kind']}]"],
+        [u["bits"], f"{r['bits']:.5f} ± {r['bits_stderr']:.5f}"],
+        ["terms (nats)", _fmt_terms(r["terms"])],
+        ["SE: mc / data+mc", f"{r['stderr_mc']:.4f} / {r['stderr_data_and_mc']:.4f}"],
+    ]
+    for k, v in r.get("extras", {}).items():
+        if isinstance(v, (int, float, str)):
+            rows.append([k.replace("_", " "), f"{v:.5g}" if isinstance(v, float) else v])
+    rows.append(["wall time", f"{r['wall_time_s']:.1f} s"])
+    out = "infodiff likelihood report\n" + table(["quantity", "value"], rows)
+    if r.get("samples") and isinstance(r["samples"][0], str):
+        out += (f"\n\nsamples ({r['sampler']}, {r['sample_steps']} steps):\n"
+                + "\n".join(f"  | {s}" for s in r["samples"]))
+    for p in r.get("plots", []):
+        out += f"\nplot: {p}"
+    return out
+
+
+def _rows_table(items) -> str:
+    headers = ["estimator", "estimate", "exact", "bias ± SE", "z", "sd/sample", "var/fwd", "SE@1024"]
+    rows = [[x["estimator"] + (" (inf. var.)" if x["infinite_variance"] else ""),
+             f"{x['mean_estimate']:.4f}", f"{x['mean_exact']:.4f}",
+             f"{x['bias']:+.4f} ± {x['bias_stderr']:.4f}", f"{x['bias_z']:+.2f}",
+             f"{x['per_sample_std']:.3f}", f"{x['variance_per_forward_pass']:.3f}",
+             f"{x['stderr_at_1024_forward_passes']:.4f}"] for x in items]
+    return table(headers, rows)
+
+
+def _format_oracle(r: dict) -> str:
+    u = r["units"]
+    parts = [f"infodiff oracle report ({r['process']['name']}): {r['oracle']}, "
+             f"{r['num_items']} {u['item']}s" + (f" of length {r['item_size']}" if r.get("item_size") else "")
+             + (f", prompt {r['prompt_len']}" if r.get("prompt_len") else "")]
+    res = r["results"]
+    parts.append(f"\n-log p(x), {u['nll']}\n" + _rows_table(res["unconditional"]))
+    if res.get("conditional"):
+        parts.append("\n-log p(y | x), nats per response\n" + _rows_table(res["conditional"]))
+    if res.get("ratio"):
+        items = []
+        for pair in res["ratio"]:
+            for kind in ("coupled", "decoupled"):
+                items.append(dict(pair[kind], estimator=f"{pair['estimator']}:{kind}"))
+        parts.append("\nlog p(y | x) - log p(y' | x), nats\n" + _rows_table(items))
+        parts.append("variance ratio decoupled / coupled: " + ", ".join(
+            f"{p['estimator']} {p['variance_ratio_decoupled_over_coupled']:.1f}x" for p in res["ratio"]))
+    for s in res.get("samplers", []):
+        cols = list(s["steps"])
+        rows = [[name, *[f"{v:.4f}" for v in vals]] for name, vals in s["tv"].items()]
+        parts.append(f"\nsampler total variation to the true law ({s['num_generate']} samples; an exact "
+                     f"sample of that size has TV {s['tv_of_exact_sample']:.4f}):\n"
+                     + table(["sampler", *[f"{c} steps" for c in cols]], rows))
+    for p in r.get("plots", []):
+        parts.append(f"plot: {p}")
+    parts.append(f"\nwall time {r['wall_time_s']:.1f} s")
+    return "\n".join(parts)
+
+
+def format_report(report: dict) -> str:
+    """Readable text of a report (what evaluate.py prints)."""
+    return _format_network(report) if report["kind"] == "network" else _format_oracle(report)
+
+
+def strict_json(obj):
+    """NaN / inf -> None so report.json is strict JSON (jq, JavaScript)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    return obj
+
+
+def write_report(report: dict, out_dir: str) -> tuple[str, str]:
+    """Write report.json (strict JSON: undefined numbers are null) and report.txt into out_dir,
+    each atomically (temporary file + rename); return their paths."""
+    text = format_report(report)
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    for name, content in (("report.json", json.dumps(strict_json(report), indent=2, allow_nan=False)),
+                          ("report.txt", text + "\n")):
+        path = os.path.join(out_dir, name)
+        with open(path + ".tmp", "w") as f:
+            f.write(content)
+        os.replace(path + ".tmp", path)
+        paths.append(path)
+    return paths[0], paths[1]

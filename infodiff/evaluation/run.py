@@ -1,0 +1,159 @@
+"""One evaluation path: a trained network on a data split, or estimators against an exact oracle.
+
+``evaluate(config, workdir)`` reads ``config.eval.mode``: 'network' (a training run in
+``workdir``, any process) or 'oracle' (no network: the exact denoiser of a distribution whose
+likelihood is known). Everything process-specific comes from the task (:mod:`infodiff.tasks`,
+the only reader of ``config.process.name``); the Monte Carlo work is
+:func:`infodiff.likelihood.nll` and friends; the report schema is
+:mod:`infodiff.evaluation.report` (docs/report.md).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import warnings
+
+import jax
+import ml_collections
+import numpy as np
+
+from infodiff import likelihood as lk
+from infodiff import tasks, training
+from infodiff.evaluation import report as report_lib
+
+__all__ = ["evaluate", "evaluate_network", "evaluate_oracle", "MODES"]
+
+MODES = ("network", "oracle")
+LN2 = math.log(2.0)
+
+
+def _check_saved_config(config, workdir: str) -> None:
+    saved = training.saved_config(workdir)
+    diff = training.config_differences(saved, json.loads(config.to_json_best_effort()), ignore_new_keys=True)
+    if diff:
+        raise training.ConfigMismatchError(
+            f"the config differs from the one {workdir!r} was trained with in: {', '.join(diff)} "
+            "(evaluate with the run's own config: `evaluate.py --workdir W` without --config; "
+            "only eval.* may be overridden)")
+
+
+def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Likelihood of a trained model on ``eval.split`` with a standard error (any process).
+
+    Loads the latest checkpoint (EMA parameters unless ``eval.use_ema`` is False), takes the
+    task's evaluation items (text: non-overlapping chunks of ``data.seq_len``; counts: examples;
+    ``eval.max_sequences`` / ``eval.max_examples`` > 0 keeps a random subset), runs
+    :func:`likelihood.nll` with the task's estimation process and ``eval.num_samples`` Monte
+    Carlo samples per item, and adds generated samples and the task's extras. Standard error:
+    :meth:`likelihood.Estimate.split_mean` (Monte Carlo error for a whole split, at least the
+    data + Monte Carlo spread for a subset), both kinds reported. Raises FileNotFoundError for a
+    workdir without checkpoints, ConfigMismatchError for a config that differs from the run's
+    outside eval.*, ValueError for bad eval settings (before any work).
+    """
+    t0 = time.time()
+    ev = config.eval
+    task = tasks.make_task(config)
+    task.check_eval_config()
+    _check_saved_config(config, workdir)
+    x, data_info, subset = task.eval_items()
+    state, meta = training.load_checkpoint(workdir, task)
+    params = state.ema_params if bool(ev.use_ema) else state.params
+    den = task.denoiser(params)
+    process = task.estimation_process()
+    nll_key, sample_key = task.eval_keys(int(ev.seed))
+    t_nll = time.time()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # infinite variance is flagged in the report
+        est = lk.nll(den, x, nll_key, process=process, num_samples=int(ev.num_samples),
+                     batch_size=int(ev.batch_size), progress=True)
+    t_nll = time.time() - t_nll
+    s = est.split_mean(subset)
+    u = task.units
+    per = u["tokens_per_item"] * LN2
+    rep = {
+        "version": report_lib.REPORT_VERSION, "kind": "network",
+        "process": task.process_info(process),
+        "workdir": os.path.abspath(workdir), "checkpoint_step": int(meta["step"]),
+        "params": "ema" if bool(ev.use_ema) else "raw",
+        "data": data_info, "units": u,
+        "estimator": est.estimator, "infinite_variance": bool(est.infinite_variance),
+        "num_samples_per_item": est.num_samples, "forward_passes": est.forward_passes * len(x),
+        "nll": s["mean"], "nll_stderr": s["stderr"], "stderr_kind": s["stderr_kind"],
+        "stderr_mc": s["stderr_mc"], "stderr_data_and_mc": s["stderr_data_and_mc"],
+        "bits": s["mean"] / per, "bits_stderr": s["stderr"] / per, "terms": s["terms"],
+        "per_sample_std": float(np.sqrt(np.mean(est.per_sample_std**2))),
+        "nll_wall_time_s": t_nll,
+    }
+    gen = task.generate(den, sample_key)
+    rep.update(samples=gen.get("samples", []), sampler=gen.get("sampler"), sample_steps=gen.get("sample_steps", 0))
+    extras, plots = task.eval_extras(est, x, gen, workdir)
+    rep["extras"], rep["plots"] = extras, plots
+    rep.update(report_lib.common(config, int(ev.seed), t0))
+    return rep
+
+
+def evaluate_oracle(config: ml_collections.ConfigDict) -> dict:
+    """Estimators with an exact denoiser against the exact NLL (any process).
+
+    The task's oracle case (:func:`tasks.oracle_case`) gives the items, their exact values and
+    the estimators (a process and a denoiser each, with its own key). Unconditional -log p(x)
+    always; with a prompt also -log p(y | x) and the log-ratio log p(y | x) - log p(y' | x),
+    y' ~ p(. | x), coupled (shared noise, Eq. 18) and decoupled, for the estimators that support
+    them; then the case's sampler checks (total variation of generated samples to the true law).
+    Units: nats per item / response / ratio.
+    """
+    t0 = time.time()
+    ev = config.eval
+    case = tasks.oracle_case(config)
+    kw = dict(num_samples=int(ev.num_samples), batch_size=int(ev.batch_size))
+    results = {"unconditional": [], "conditional": [], "ratio": [], "samplers": []}
+    x, P = case.x, case.prompt_len
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for e in case.estimators:
+            est = lk.nll(e.denoiser, x, jax.random.fold_in(e.key, 0), process=e.process, **kw)
+            results["unconditional"].append(report_lib.oracle_row(est, case.truth_x))
+            if P and e.conditional:
+                prompt, y = x[:, :P], x[:, P:]
+                est = lk.conditional_nll(e.denoiser, prompt, y, jax.random.fold_in(e.key, 1),
+                                         process=e.process, **kw)
+                results["conditional"].append(report_lib.oracle_row(est, case.truth_c))
+            if P and e.ratio:
+                pair = {}
+                for coupled in (True, False):
+                    est = lk.log_ratio(e.denoiser, x[:, :P], x[:, P:], case.y_alt,
+                                       jax.random.fold_in(e.key, 2 + coupled), coupled=coupled,
+                                       process=e.process, **kw)
+                    pair["coupled" if coupled else "decoupled"] = report_lib.oracle_row(est, case.truth_r)
+                pair["estimator"] = e.process.estimator
+                vc, vd = pair["coupled"]["per_sample_variance"], pair["decoupled"]["per_sample_variance"]
+                # Undefined (NaN) when both are 0, e.g. a one-token response, where
+                # k_dce / time_free / stratified are exact.
+                pair["variance_ratio_decoupled_over_coupled"] = (
+                    vd / vc if vc > 0 else (float("inf") if vd > 0 else float("nan")))
+                results["ratio"].append(pair)
+    results["samplers"] = case.samplers()
+    rep = {"version": report_lib.REPORT_VERSION, "kind": "oracle", "process": case.process_info,
+           "units": case.units, "oracle": case.name, "num_items": int(x.shape[0]),
+           "item_size": int(x.shape[1]), "prompt_len": int(P), **case.info, "results": results,
+           "plots": case.plots(results, config.eval.output_dir)}
+    rep.update(report_lib.common(config, int(ev.seed), t0))
+    return rep
+
+
+def evaluate(config: ml_collections.ConfigDict, workdir: str | None) -> tuple[dict, str]:
+    """``eval.mode`` 'network' (needs ``workdir``) or 'oracle' (writes to ``eval.output_dir``).
+    Returns (report, output directory). Raises ValueError for an unknown mode or a missing
+    workdir."""
+    mode = str(config.eval.get("mode", "network"))
+    if mode not in MODES:
+        raise ValueError(f"config.eval.mode={mode!r}; choose from {MODES}")
+    if mode == "oracle":
+        out = str(config.eval.output_dir) or "."
+        return evaluate_oracle(config), out
+    if not workdir:
+        raise ValueError("evaluating a trained model needs --workdir (the training run's directory)")
+    return evaluate_network(config, workdir), workdir

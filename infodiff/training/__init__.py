@@ -1,0 +1,83 @@
+"""Training: one loop (:func:`train`) for every task of :mod:`infodiff.tasks`.
+
+* :mod:`~infodiff.training.state`: :class:`TrainState`, optimizer and learning-rate schedule,
+  EMA decay, the data-parallel mesh, state initialisation.
+* :mod:`~infodiff.training.checkpoint`: orbax checkpoints (every restore goes through
+  :func:`restore_checkpoint`), config comparison on resume, ``metrics.jsonl``.
+* :mod:`~infodiff.training.loop`: the jitted train / eval steps and :func:`train`.
+* :mod:`~infodiff.training.logs`: log lines that do not break the tqdm bar.
+
+Typical use::
+
+    task = tasks.make_task(config)           # what is trained (masked, SEDD, Poisson)
+    result = training.train(task, workdir)   # resumable; SIGINT / SIGTERM save and return
+    state, meta = training.load_checkpoint(workdir, task)
+    denoiser = task.denoiser(state.ema_params)
+"""
+
+from infodiff.training.checkpoint import (
+    CKPT_DIR,
+    RESUMABLE_KEYS,
+    RESUMABLE_PREFIXES,
+    CheckpointError,
+    ConfigMismatchError,
+    append_jsonl,
+    check_resumable,
+    checkpoint_manager,
+    config_differences,
+    config_json_dict,
+    load_checkpoint,
+    load_meta,
+    restore_checkpoint,
+    save_checkpoint,
+    saved_config,
+    truncate_metrics,
+)
+from infodiff.training.logs import log, quiet_library_logs
+from infodiff.training.loop import make_eval_step, make_train_step, train
+from infodiff.training.state import (
+    TrainState,
+    abstract_train_state,
+    check_batch_divisible,
+    count_params,
+    ema_decay,
+    init_train_state,
+    make_lr_schedule,
+    make_mesh,
+    make_optimizer,
+    step_key,
+)
+
+__all__ = [
+    "CKPT_DIR",
+    "RESUMABLE_KEYS",
+    "RESUMABLE_PREFIXES",
+    "CheckpointError",
+    "ConfigMismatchError",
+    "TrainState",
+    "abstract_train_state",
+    "append_jsonl",
+    "check_batch_divisible",
+    "check_resumable",
+    "checkpoint_manager",
+    "config_differences",
+    "config_json_dict",
+    "count_params",
+    "ema_decay",
+    "init_train_state",
+    "load_checkpoint",
+    "load_meta",
+    "log",
+    "make_eval_step",
+    "make_lr_schedule",
+    "make_mesh",
+    "make_optimizer",
+    "make_train_step",
+    "quiet_library_logs",
+    "restore_checkpoint",
+    "save_checkpoint",
+    "saved_config",
+    "step_key",
+    "train",
+    "truncate_metrics",
+]

@@ -1,0 +1,358 @@
+"""The training loop: one loop for every task (masked, SEDD, Poisson), data parallel, resumable.
+
+The task (:mod:`infodiff.tasks`) supplies the model, ``init_params``, the loss, the metrics,
+the data stream, the fixed validation batches, the checkpoint metadata and its log lines; the
+loop owns the optimizer, the EMA, checkpoints, signals, logging and validation cadence.
+
+Determinism and resumption
+--------------------------
+* The data stream is a pure function of ``(config.seed, step)`` (``task.train_batch(step)``),
+  so the data position saved with a checkpoint is simply the step.
+* The randomness of step ``s`` (noise levels, masks, dropout) is ``fold_in(train_key, s)``.
+* Therefore a run interrupted at any checkpoint and resumed produces bit-identical parameters to
+  an uninterrupted run (tested in ``tests/test_training.py`` and the SEDD / Poisson tests).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import threading
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+import tqdm
+from absl import logging
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from infodiff.training import checkpoint as ckpt
+from infodiff.training import state as state_lib
+from infodiff.training.logs import log
+
+__all__ = ["make_train_step", "make_eval_step", "train"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The step
+# ---------------------------------------------------------------------------------------------
+def make_train_step(task: Any, optimizer: optax.GradientTransformation,
+                    mesh: Mesh) -> Callable[[state_lib.TrainState, jax.Array, jax.Array], tuple]:
+    """Jitted ``train_step(state, batch, key) -> (new_state, metrics)``.
+
+    Args (of the returned function):
+      state: :class:`TrainState`, replicated on ``mesh`` (donated: do not reuse it).
+      batch: a batch of ``task.train_batch`` ([B, ...], B a multiple of the mesh size), placed
+        with ``NamedSharding(mesh, P('data'))``.
+      key: PRNG key of this step (:func:`state.step_key`).
+
+    One step: gradient of ``task.loss_fn(params, batch, key, train=True)[0]``, clip + AdamW
+    update, EMA update with decay :func:`state.ema_decay` via ``optax.incremental_update``.
+
+    Returns metrics (float32 scalars, replicated): ``task.metrics(loss_B)`` (``loss`` and
+    ``bpc`` / ``bpd``), ``grad_norm`` (global norm before clipping), ``lr`` (the learning rate
+    used by this update).
+    """
+    config = task.config
+    schedule = state_lib.make_lr_schedule(config)
+    decay = float(config.optim.ema_decay)
+    repl, batch_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+
+    def loss_fn(params, batch, key):
+        return task.loss_fn(params, batch, key, train=True)
+
+    def step_fn(state: state_lib.TrainState, batch, key):
+        (_, loss_B), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, key)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        d = state_lib.ema_decay(decay, state.step)
+        ema = optax.incremental_update(params, state.ema_params, step_size=1.0 - d)
+        metrics = task.metrics(loss_B)
+        metrics["grad_norm"] = optax.global_norm(grads)
+        metrics["lr"] = jnp.asarray(schedule(state.step), jnp.float32)
+        new_state = state_lib.TrainState(step=state.step + 1, params=params, ema_params=ema,
+                                         opt_state=opt_state)
+        return new_state, metrics
+
+    return jax.jit(step_fn, in_shardings=(repl, batch_sharding, repl), out_shardings=(repl, repl),
+                   donate_argnums=(0,))
+
+
+def make_eval_step(task: Any, mesh: Mesh) -> Callable[[Any, jax.Array, jax.Array], dict]:
+    """Jitted ``eval_step(params, batch, key) -> task.metrics(loss_B)``: the task's validation
+    loss (``task.loss_fn(..., train=False)``: no dropout; Poisson: likelihood weighting), one
+    Monte Carlo draw per example, averaged over the batch. params replicated, batch sharded
+    over 'data'."""
+    repl = NamedSharding(mesh, P())
+
+    def eval_fn(params, batch, key):
+        return task.metrics(task.loss_fn(params, batch, key, train=False)[1])
+
+    return jax.jit(eval_fn, in_shardings=(repl, NamedSharding(mesh, P("data")), repl), out_shardings=repl)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pieces of the loop
+# ---------------------------------------------------------------------------------------------
+def _check_train_config(config, stop_at_step) -> tuple[int, int]:
+    """``(num_steps, end_step)``; ValueError naming a bad ``train.*`` value."""
+    tr = config.train
+    num_steps = int(tr.num_steps)
+    if num_steps < 0:
+        raise ValueError(f"config.train.num_steps must be >= 0; got {num_steps}")
+    for name in ("log_every", "eval_every", "ckpt_every"):
+        if int(tr[name]) < 1:
+            raise ValueError(f"config.train.{name} must be >= 1; got {tr[name]}")
+    return num_steps, (num_steps if stop_at_step is None else min(num_steps, int(stop_at_step)))
+
+
+def _resume_or_init(task, mngr, abstract, optimizer, init_key, mesh, meta, workdir):
+    """The latest checkpoint's state if ``mngr`` has one (after checking that its config and data
+    may be continued: ConfigMismatchError otherwise), else a fresh state."""
+    latest = mngr.latest_step()
+    if latest is None:
+        return state_lib.init_train_state(task.init_params, optimizer, init_key, mesh)
+    _, saved_meta = ckpt.restore_checkpoint(mngr, latest)
+    ckpt.check_resumable(saved_meta, meta["config"], meta["data"]["checksums"],
+                         f"{workdir}/{ckpt.CKPT_DIR}/{latest}")
+    state, _ = ckpt.restore_checkpoint(mngr, latest, abstract)
+    log(logging.info, "resumed from checkpoint step %d in %s", int(state.step), workdir)
+    return state
+
+
+class _Window:
+    """Train metrics of the steps since the last log line (device arrays until summarised)."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.metrics, self.steps, self.t0 = [], 0, time.time()
+
+    def add(self, metrics):
+        self.metrics.append(metrics)
+        self.steps += 1
+
+    def summarise(self, rate_name: str, items_per_step: int, step: int, num_steps: int,
+                  mngr: ocp.CheckpointManager) -> tuple[dict, float]:
+        """Mean metrics (host floats) plus ``steps_per_s`` and ``rate_name`` (items / s), and the
+        ETA in seconds. FloatingPointError naming the step and the last checkpoint if the loss
+        is not finite."""
+        host = jax.device_get(self.metrics)
+        avg = {k: float(np.mean([m[k] for m in host])) for k in host[0]}
+        dt = max(time.time() - self.t0, 1e-9)
+        avg["steps_per_s"] = self.steps / dt
+        avg[rate_name] = self.steps * items_per_step / dt
+        if not math.isfinite(avg["loss"]):
+            raise FloatingPointError(f"non-finite training loss {avg['loss']} at step {step}; "
+                                     f"last finite checkpoint: {mngr.latest_step()}")
+        return avg, (num_steps - step) / max(avg["steps_per_s"], 1e-9)
+
+
+class _StopFlag:
+    """SIGINT/SIGTERM -> set a flag the loop polls (save and exit); a second SIGINT raises."""
+
+    def __init__(self):
+        self.signum = None
+        self._old = {}
+
+    @property
+    def name(self) -> str | None:
+        return None if self.signum is None else signal.Signals(self.signum).name
+
+    def _handler(self, signum, frame):
+        if self.signum is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signum = signum
+        logging.warning("received %s: saving a checkpoint and stopping", signal.Signals(signum).name)
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                self._old[s] = signal.signal(s, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        for s, h in self._old.items():
+            signal.signal(s, h)
+        return False
+
+
+def _record(path: str, step: int, split: str, metrics: dict, t_start: float) -> None:
+    ckpt.append_jsonl(path, {"step": step, "split": split, "metrics": metrics,
+                             "wall_time": time.time() - t_start, "time": time.time()})
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop
+# ---------------------------------------------------------------------------------------------
+def train(task: Any, workdir: str, *, stop_at_step: int | None = None, mesh: Mesh | None = None) -> dict:
+    """Train (or resume) ``task``'s model and validate it on fixed batches.
+
+    Args:
+      task: a :class:`infodiff.tasks.Task` (``make_task(config)``); its ``config`` has the
+        ``seed``, ``optim.*`` and ``train.*`` keys of ``configs/masked_text.py``.
+      workdir: output directory (created); holds ``config.json``, ``metrics.jsonl`` and
+        ``checkpoints/``. If it already has checkpoints, the latest is restored and training
+        continues from its step (bit-identical to an uninterrupted run).
+      stop_at_step: optional; stop (saving a checkpoint) once this step is reached even if
+        ``train.num_steps`` is larger, as an interruption would (for tests and time-sliced jobs).
+      mesh: optional device mesh (default :func:`state.make_mesh` over all local devices).
+
+    Per step ``s``: batch ``task.train_batch(s)``, key ``fold_in(train_key, s)``. Every
+    ``train.log_every`` steps: the mean train metrics over the window, items/s and ETA are logged
+    (absl, the task's line) and appended to ``metrics.jsonl`` as ``{"step", "split": "train",
+    "metrics", "wall_time" (s since this call started), "time" (unix seconds)}``; every
+    ``train.eval_every`` steps and at the end: validation on ``task.valid_batches()`` with the
+    EMA parameters and fixed keys (``split: "valid"``). Checkpoints every ``train.ckpt_every``
+    steps and at the end (async, ``train.keep_checkpoints`` kept). SIGINT / SIGTERM: save a
+    checkpoint at the current step and return (``interrupted`` set); a second SIGINT raises
+    KeyboardInterrupt (a checkpoint is still saved).
+
+    Returns:
+      dict: ``step`` (final step), ``train`` (last logged train metrics), ``valid`` (last
+      validation metrics), ``num_params``, ``interrupted`` (signal name or None),
+      ``wall_time`` (s), ``workdir``, and ``task.result_extras()`` (Poisson: ``proposal``).
+
+    Raises:
+      ValueError: empty ``workdir``; bad ``train.*`` values; batch size not a multiple of the
+        device count; invalid data (``task.check_data``, names the value).
+      ConfigMismatchError (a ValueError): resuming with a config that differs from the
+        checkpoint's in a non-resumable key (names the keys; see ``RESUMABLE_KEYS``) or on
+        different data.
+      CheckpointError: the latest checkpoint cannot be read.
+      FloatingPointError: non-finite training loss.
+    """
+    if not workdir:
+        raise ValueError("a workdir is required (train.py --workdir=DIR): where checkpoints and metrics go")
+    workdir = os.path.abspath(os.fspath(workdir))
+    t_start = time.time()
+    config = task.config
+    tr = config.train
+    num_steps, end_step = _check_train_config(config, stop_at_step)
+    mesh = state_lib.make_mesh() if mesh is None else mesh
+    state_lib.check_batch_divisible(int(tr.batch_size), mesh)
+
+    # ---- data ----
+    task.check_data()
+    valid_batches = task.valid_batches()
+    os.makedirs(workdir, exist_ok=True)
+
+    # ---- optimizer, steps, state ----
+    optimizer = state_lib.make_optimizer(config)
+    base = jax.random.key(int(config.seed))
+    init_key, train_key, eval_key = (jax.random.fold_in(base, i) for i in range(3))
+    abstract = state_lib.abstract_train_state(task.init_params, optimizer, mesh)
+    num_params = state_lib.count_params(abstract.params)
+    train_step = make_train_step(task, optimizer, mesh)
+    eval_step = make_eval_step(task, mesh)
+    batch_sharding = NamedSharding(mesh, P("data"))
+    meta = {"seed": int(config.seed), "config": ckpt.config_json_dict(config), **task.meta()}
+
+    # ---- resume ----
+    mngr = ckpt.checkpoint_manager(workdir, int(tr.keep_checkpoints))
+    try:
+        state = _resume_or_init(task, mngr, abstract, optimizer, init_key, mesh, meta, workdir)
+    except BaseException:
+        mngr.close()
+        raise
+    start_step = int(jax.device_get(state.step))
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+        f.write(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
+    metrics_path = os.path.join(workdir, "metrics.jsonl")
+    ckpt.truncate_metrics(metrics_path, start_step)
+    log(logging.info, *task.start_log(num_params, mesh, start_step, end_step))
+
+    def run_eval(step: int) -> dict:
+        sums: dict = {}
+        for i, batch in enumerate(valid_batches):
+            m = eval_step(state.ema_params, jax.device_put(batch, batch_sharding), jax.random.fold_in(eval_key, i))
+            for k, v in jax.device_get(m).items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+        out = {k: v / len(valid_batches) for k, v in sums.items()}
+        _record(metrics_path, step, "valid", out, t_start)
+        log(logging.info, *task.valid_log(step, out))
+        return out
+
+    last_train: dict = {}
+    last_valid: dict = {}
+    interrupted = None
+    window = _Window()
+    prev_metrics = None
+    step = start_step
+    # disable=None: a live bar with ETA on a terminal, none when stderr is redirected (the log
+    # lines carry items/s and ETA too).
+    pbar = tqdm.tqdm(total=num_steps, initial=start_step, desc="train", unit="step",
+                     dynamic_ncols=True, mininterval=1.0, smoothing=0.1, disable=None)
+    try:
+        with _StopFlag() as stop:
+            try:
+                while step < end_step:
+                    if stop.signum is not None:
+                        interrupted = stop.name
+                        break
+                    # ---- step ----
+                    batch = jax.device_put(task.train_batch(step), batch_sharding)
+                    state, metrics = train_step(state, batch, state_lib.step_key(train_key, step))
+                    if prev_metrics is not None:  # keep at most one step in flight
+                        jax.block_until_ready(prev_metrics)
+                    prev_metrics = metrics
+                    window.add(metrics)
+                    step += 1
+                    pbar.update(1)
+                    # ---- log window ----
+                    if step % int(tr.log_every) == 0 or step == end_step:
+                        avg, eta = window.summarise(task.rate_name, task.items_per_step, step, num_steps, mngr)
+                        log(logging.info, *task.train_log(step, num_steps, avg, eta))
+                        _record(metrics_path, step, "train", avg, t_start)
+                        pbar.set_postfix(task.progress_postfix(avg), refresh=False)
+                        last_train = avg
+                        window.reset()
+                    # ---- eval ----
+                    if step % int(tr.eval_every) == 0 and step < num_steps:
+                        last_valid = run_eval(step)
+                        window.t0 = time.time()
+                    # ---- checkpoint ----
+                    if step % int(tr.ckpt_every) == 0 or step == end_step:
+                        ckpt.save_checkpoint(mngr, state, meta)
+                if stop.signum is not None and interrupted is None:
+                    interrupted = stop.name
+            except KeyboardInterrupt:  # ---- signals: a second Ctrl-C ----
+                interrupted = "KeyboardInterrupt"
+                log(logging.warning, "KeyboardInterrupt at step %d: saving a checkpoint", step)
+                try:
+                    ckpt.save_checkpoint(mngr, state, meta)
+                    mngr.wait_until_finished()
+                except Exception as e:  # e.g. interrupted while the state was donated
+                    log(logging.error, "could not save at the interrupt (%s); latest checkpoint: %s",
+                        e, mngr.latest_step())
+                raise
+        if interrupted is None and step == num_steps:
+            last_valid = run_eval(step)  # final validation (the in-loop one skips the last step)
+        ckpt.save_checkpoint(mngr, state, meta)
+    finally:
+        pbar.close()
+        mngr.wait_until_finished()
+        mngr.close()
+
+    result = {
+        "step": int(step),
+        "train": last_train,
+        "valid": last_valid,
+        "num_params": int(num_params),
+        "interrupted": interrupted,
+        "wall_time": time.time() - t_start,
+        "workdir": workdir,
+        **task.result_extras(),
+    }
+    m = task.metric
+    log(logging.info, "done at step %d (%s): %s", step, interrupted or "completed", json.dumps(
+        {f"train_{m}": last_train.get(m), f"valid_{m}": last_valid.get(m)}))
+    return result

@@ -1,0 +1,183 @@
+"""Train state, optimizer, learning-rate schedule, EMA and the data-parallel mesh.
+
+Generic over what is trained: a task supplies ``init_params(key) -> params`` and everything
+here works on the resulting pytree. Setup as MD4 (Shi et al., arXiv 2406.04329, §6): AdamW
+with linear warmup then cosine decay, global-norm gradient clipping, and an exponential moving
+average (EMA) of the parameters used for evaluation.
+
+Parallelism: a 1-D :class:`jax.sharding.Mesh` named ``'data'`` over the local devices; batches
+are placed with ``NamedSharding(mesh, P('data'))`` and the state is replicated (``P()``); XLA
+inserts the gradient all-reduce. One device is the same code path with a 1-element mesh.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+__all__ = [
+    "TrainState",
+    "make_lr_schedule",
+    "make_optimizer",
+    "ema_decay",
+    "make_mesh",
+    "check_batch_divisible",
+    "init_train_state",
+    "abstract_train_state",
+    "step_key",
+    "count_params",
+]
+
+InitParams = Callable[[jax.Array], Any]
+
+
+@flax.struct.dataclass
+class TrainState:
+    """Everything that changes during training (a pytree; checkpointed as one item).
+
+    Attributes:
+      step: int32 scalar, number of optimizer updates applied so far.
+      params: model parameters (float32 pytree).
+      ema_params: exponential moving average of ``params`` (same structure), used for eval.
+      opt_state: optax state of :func:`make_optimizer`.
+    """
+
+    step: jax.Array
+    params: Any
+    ema_params: Any
+    opt_state: Any
+
+
+def make_lr_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
+    """Learning rate as a function of the step (0-based): float32 scalar.
+
+    Linear warmup from 0 to ``optim.lr`` over ``optim.warmup_steps`` steps, then
+    ``optim.decay = 'cosine'``: cosine decay to ``optim.lr * optim.min_lr_ratio`` at step
+    ``train.num_steps`` (``optax.warmup_cosine_decay_schedule``; if the run is shorter than the
+    warmup the cosine part is never reached), or ``'constant'``: ``optim.lr`` after warmup.
+
+    Raises:
+      ValueError: unknown decay, negative warmup, lr <= 0.
+    """
+    o = config.optim
+    lr, warmup = float(o.lr), int(o.warmup_steps)
+    if not lr > 0:
+        raise ValueError(f"config.optim.lr must be > 0; got {lr}")
+    if warmup < 0:
+        raise ValueError(f"config.optim.warmup_steps must be >= 0; got {warmup}")
+    if o.decay == "cosine":
+        # optax requires decay_steps > warmup_steps; a run that ends inside the warmup never
+        # sees the cosine part, so its length is irrelevant there.
+        decay_steps = max(int(config.train.num_steps), warmup + 1)
+        return optax.warmup_cosine_decay_schedule(
+            init_value=0.0,
+            peak_value=lr,
+            warmup_steps=warmup,
+            decay_steps=decay_steps,
+            end_value=lr * float(o.min_lr_ratio),
+        )
+    if o.decay == "constant":
+        if warmup == 0:
+            return optax.constant_schedule(lr)
+        return optax.join_schedules(
+            [optax.linear_schedule(0.0, lr, warmup), optax.constant_schedule(lr)], [warmup]
+        )
+    raise ValueError(f"config.optim.decay={o.decay!r}; choose 'cosine' or 'constant'")
+
+
+def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+    """``clip_by_global_norm(optim.grad_clip) -> adamw(schedule, b1, b2, eps, weight_decay)``.
+
+    Weight decay (decoupled, AdamW) applies only to parameters with ndim >= 2 (kernels and the
+    embedding), not to biases and LayerNorm scales. ``grad_clip <= 0`` disables clipping.
+    The schedule is :func:`make_lr_schedule`.
+    """
+    o = config.optim
+    parts = []
+    if float(o.grad_clip) > 0:
+        parts.append(optax.clip_by_global_norm(float(o.grad_clip)))
+    parts.append(
+        optax.adamw(
+            learning_rate=make_lr_schedule(config),
+            b1=float(o.b1),
+            b2=float(o.b2),
+            eps=float(o.eps),
+            weight_decay=float(o.weight_decay),
+            mask=lambda params: jax.tree.map(lambda x: x.ndim >= 2, params),
+        )
+    )
+    return optax.chain(*parts)
+
+
+def ema_decay(decay: float, step: jax.Array) -> jax.Array:
+    """Warm-started EMA decay at ``step`` (int32 scalar): float32 ``min(decay, (1+s)/(10+s))``.
+
+    As ``tf.train.ExponentialMovingAverage`` with ``num_updates``: keeps the average from being
+    dominated by the initialisation in short runs; equals ``decay`` after ~10 / (1 - decay) steps.
+    """
+    s = step.astype(jnp.float32)
+    return jnp.minimum(jnp.float32(decay), (1.0 + s) / (10.0 + s))
+
+
+def make_mesh(devices: Any = None) -> Mesh:
+    """1-D data-parallel mesh with axis name ``'data'`` (default: all local devices)."""
+    devs = list(jax.local_devices() if devices is None else devices)
+    return Mesh(np.array(devs), ("data",))
+
+
+def check_batch_divisible(batch_size: int, mesh: Mesh) -> None:
+    """Raise ValueError unless ``batch_size`` is a positive multiple of the mesh size."""
+    n = mesh.devices.size
+    if batch_size < 1 or batch_size % n:
+        raise ValueError(
+            f"batch size {batch_size} must be a positive multiple of the number of devices "
+            f"({n}: {[d.platform + ':' + str(d.id) for d in mesh.devices.flat]}) for data "
+            f"parallelism; change config.train.batch_size"
+        )
+
+
+def init_train_state(init_params: InitParams, optimizer: optax.GradientTransformation,
+                     key: jax.Array, mesh: Mesh | None = None) -> TrainState:
+    """Fresh :class:`TrainState` at step 0 (``ema_params = params``), replicated on ``mesh``.
+
+    ``init_params(key) -> params`` (a task's). Computed under ``jax.jit`` (op-by-op
+    initialisation is several times slower to run).
+    """
+
+    def init(key):
+        params = init_params(key)
+        return TrainState(
+            step=jnp.zeros((), jnp.int32),
+            params=params,
+            ema_params=jax.tree.map(jnp.copy, params),
+            opt_state=optimizer.init(params),
+        )
+
+    out_shardings = NamedSharding(mesh, P()) if mesh is not None else None
+    return jax.jit(init, out_shardings=out_shardings)(key)
+
+
+def abstract_train_state(init_params: InitParams, optimizer: optax.GradientTransformation,
+                         mesh: Mesh) -> TrainState:
+    """Shapes, dtypes and (replicated) shardings of the train state, without computing it."""
+    repl = NamedSharding(mesh, P())
+    shapes = jax.eval_shape(lambda k: init_train_state(init_params, optimizer, k), jax.random.key(0))
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=repl), shapes)
+
+
+def step_key(train_key: jax.Array, step: int) -> jax.Array:
+    """The PRNG key of training step ``step``: ``fold_in(train_key, step)``."""
+    return jax.random.fold_in(train_key, step)
+
+
+def count_params(params: Any) -> int:
+    """Total number of scalar entries in a parameter pytree (int)."""
+    return int(sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(params)))

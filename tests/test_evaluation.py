@@ -1,0 +1,118 @@
+"""infodiff.evaluation: one path and one report schema for every process, network and oracle mode."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from infodiff import evaluation, tasks, training
+from infodiff.evaluation import report as report_lib
+
+
+def _check_schema(rep):
+    for k in report_lib.COMMON_KEYS:
+        assert k in rep, k
+    assert rep["version"] == evaluation.REPORT_VERSION
+    keys = report_lib.NETWORK_KEYS if rep["kind"] == "network" else report_lib.ORACLE_KEYS
+    for k in keys:
+        assert k in rep, k
+    if rep["kind"] == "network":
+        assert set(rep["terms"]) == set(report_lib.TERMS)
+        assert abs(rep["terms"]["total"] - rep["nll"]) < 1e-9 * max(1.0, abs(rep["nll"]))
+        assert rep["nll_stderr"] >= rep["stderr_mc"] > 0
+        u = rep["units"]
+        assert rep["bits"] == pytest.approx(rep["nll"] / (u["tokens_per_item"] * np.log(2)))
+    else:
+        for section in ("unconditional", "conditional"):
+            for row in rep["results"][section]:
+                assert set(report_lib.ROW_KEYS) <= set(row), set(report_lib.ROW_KEYS) - set(row)
+    text = json.dumps(report_lib.strict_json(rep), allow_nan=False)  # strict JSON
+    assert "NaN" not in text
+    assert evaluation.format_report(rep)
+
+
+def _tiny(config, **over):
+    for k, v in over.items():
+        sec, key = k.split(".")
+        config[sec][key] = v
+    return config
+
+
+def _masked():
+    from configs import masked_text
+
+    return _tiny(masked_text.get_config(), **{
+        "data.seq_len": 16, "model.num_layers": 1, "model.width": 32, "model.num_heads": 2,
+        "train.num_steps": 2, "train.batch_size": 8, "train.eval_batches": 1, "train.log_every": 1,
+        "eval.num_samples": 2, "eval.max_sequences": 12, "eval.batch_size": 32, "eval.num_generate": 1,
+        "eval.sample_steps": 2})
+
+
+def _sedd():
+    from configs import sedd_uniform_text
+
+    c = sedd_uniform_text.get_config()
+    m = _masked()
+    for sec in ("data", "model", "train"):
+        for k in m[sec]:
+            if k != "time_conditioning":
+                c[sec][k] = m[sec][k]
+    return _tiny(c, **{"eval.num_samples": 2, "eval.max_sequences": 12, "eval.batch_size": 32,
+                       "eval.num_generate": 1, "eval.sample_steps": 2})
+
+
+def _poisson():
+    from configs import poisson_synthetic
+
+    return _tiny(poisson_synthetic.get_config(), **{
+        "data.num_train": 256, "data.num_valid": 64, "data.num_test": 64, "model.hidden": 16,
+        "model.num_layers": 1, "model.emb_dim": 8, "train.num_steps": 2, "train.batch_size": 32,
+        "train.eval_batches": 1, "train.log_every": 1, "eval.num_samples": 4, "eval.num_generate": 50,
+        "eval.sample_steps": 10})
+
+
+@pytest.mark.parametrize("make", [_masked, _sedd, _poisson], ids=["masked", "sedd", "poisson"])
+def test_network_report_has_every_schema_key(make, tmp_path):
+    cfg = make()
+    wd = str(tmp_path / "run")
+    training.train(tasks.make_task(cfg), wd)
+    rep, out = evaluation.evaluate(cfg, wd)
+    assert out == wd and rep["kind"] == "network" and rep["process"]["name"] == cfg.process.name
+    _check_schema(rep)
+    jpath, tpath = evaluation.write_report(rep, wd)
+    assert json.load(open(jpath))["nll"] == pytest.approx(rep["nll"])
+    assert not any(f.endswith(".tmp") for f in os.listdir(wd))
+    if cfg.process.name == "poisson":
+        assert rep["stderr_kind"].startswith("mc") and rep["plots"] and os.path.exists(rep["plots"][0])
+    else:
+        assert rep["stderr_kind"].startswith("data+mc") and isinstance(rep["samples"][0], str)
+
+
+@pytest.mark.parametrize("which", ["oracle_tabular", "oracle_sedd_tabular", "oracle_poisson"])
+def test_oracle_report_has_every_schema_key(which, tmp_path):
+    import importlib
+
+    c = importlib.import_module(f"configs.{which}").get_config()
+    c.eval.output_dir = str(tmp_path)
+    c.eval.num_samples = 16
+    if which == "oracle_poisson":
+        c.eval.num_examples, c.eval.num_generate, c.eval.sampler_steps = 20, 200, (10,)
+    else:
+        c.eval.num_sequences = 2
+        if which == "oracle_sedd_tabular":
+            c.eval.sampler_steps, c.eval.num_generate, c.data.seq_len = (1,), 100, 4
+    rep, out = evaluation.evaluate(c, None)
+    assert rep["kind"] == "oracle" and out == str(tmp_path)
+    _check_schema(rep)
+
+
+def test_unknown_mode_and_missing_workdir():
+    from configs import masked_text
+
+    c = masked_text.get_config()
+    with pytest.raises(ValueError, match="needs --workdir"):
+        evaluation.evaluate(c, None)
+    c.eval.mode = "bogus"
+    with pytest.raises(ValueError, match="eval.mode='bogus'"):
+        evaluation.evaluate(c, "x")
