@@ -1,4 +1,4 @@
-"""Run one experiment of infodiff.experiments and write results.json / results.md / results.png.
+"""Run one experiment of the experiments package (experiments/) and write results.json / results.md / results.png.
 
   python run_experiment.py --config configs/exp_dna128.py --workdir results/dna128
   python run_experiment.py --config configs/exp_markov_cond.py --workdir results/markov_cond

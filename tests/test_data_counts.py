@@ -142,7 +142,7 @@ def test_fashion_mnist_parsing_with_a_fixture_deb(tmp_path, monkeypatch):
     # the pinned hash is the real package's; the fixture gets its own
     with pytest.raises(ValueError, match="sha256 mismatch"):
         counts.load_fashion_mnist(cache_dir=str(tmp_path))
-    monkeypatch.setattr(counts, "_FMNIST_SHA256", counts._sha256_file(str(deb)))
+    monkeypatch.setattr(counts, "_FMNIST_SHA256", counts.sha256_file(str(deb)))
     d = counts.load_fashion_mnist(cache_dir=str(tmp_path))
     assert d.sizes == {"train": 55000, "valid": 5000, "test": 10000}
     assert d.max_count == 255 and d.event_shape == (28, 28)

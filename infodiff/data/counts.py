@@ -72,9 +72,9 @@ import numpy as np
 
 from infodiff.data.text import (
     CorpusCacheError,
-    _atomic_save_npy,
-    _atomic_write_bytes,
-    _sha256_file,
+    atomic_save_npy,
+    atomic_write_bytes,
+    sha256_file,
     default_cache_dir,
 )
 
@@ -229,7 +229,7 @@ def _permutation_split(n: int, fractions=(80, 10, 10)) -> dict:
 # Fetching verified archives
 # ---------------------------------------------------------------------------------------------
 def _verify(path: str, sha256: str, what: str) -> None:
-    actual = _sha256_file(path)
+    actual = sha256_file(path)
     if actual != sha256:
         raise ValueError(
             f"sha256 mismatch for {path}: expected {sha256}, got {actual}. The file is not the "
@@ -444,11 +444,11 @@ def _load_cached(name: str, root: str) -> CountDataset:
     splits, shape, max_count, desc, _ = _BUILDERS[name](root)
     os.makedirs(d, exist_ok=True)
     for k in SPLIT_NAMES:
-        _atomic_save_npy(os.path.join(d, f"{k}.npy"), splits[k])
+        atomic_save_npy(os.path.join(d, f"{k}.npy"), splits[k])
     ds = make_dataset(name, splits, shape, max_count, desc)
     manifest = dict(_header(name), event_shape=list(shape), max_count=int(max_count),
                     description=desc, sizes=ds.sizes, checksums=ds.checksums)
-    _atomic_write_bytes(mpath, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    atomic_write_bytes(mpath, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
     _log(f"{name} cached in {d} ({ds.sizes})")
     return ds
 

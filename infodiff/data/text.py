@@ -256,7 +256,7 @@ def _sha256_bytes(arr: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(arr, dtype=np.uint8).tobytes()).hexdigest()
 
 
-def _sha256_file(path: str) -> str:
+def sha256_file(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -441,16 +441,16 @@ def _atomic_write(path: str, write) -> None:
         raise
 
 
-def _atomic_write_bytes(path: str, data: bytes) -> None:
+def atomic_write_bytes(path: str, data: bytes) -> None:
     _atomic_write(path, lambda f: f.write(data))
 
 
-def _atomic_save_npy(path: str, arr: np.ndarray) -> None:
+def atomic_save_npy(path: str, arr: np.ndarray) -> None:
     _atomic_write(path, lambda f: np.save(f, arr, allow_pickle=False))
 
 
 def _verify_sdist(path: str, src: _Source) -> None:
-    actual = _sha256_file(path)
+    actual = sha256_file(path)
     if actual != src.sha256:
         raise ValueError(
             f"sha256 mismatch for {path}: expected {src.sha256}, got {actual}. "
@@ -570,7 +570,7 @@ def _build_cache(corpus_dir: str, sdist_dir: str) -> TextCorpus:
     checksums = {k: _sha256_bytes(splits[k]) for k in SPLIT_NAMES}
     os.makedirs(corpus_dir, exist_ok=True)
     for k in SPLIT_NAMES:
-        _atomic_save_npy(os.path.join(corpus_dir, f"{k}.npy"), splits[k])
+        atomic_save_npy(os.path.join(corpus_dir, f"{k}.npy"), splits[k])
     manifest = dict(_expected_manifest_header())
     manifest.update(
         {
@@ -583,7 +583,7 @@ def _build_cache(corpus_dir: str, sdist_dir: str) -> TextCorpus:
         }
     )
     # The manifest is the commit marker: written last, atomically.
-    _atomic_write_bytes(
+    atomic_write_bytes(
         os.path.join(corpus_dir, "manifest.json"),
         (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("utf-8"),
     )
