@@ -141,7 +141,7 @@ class Estimate:
         se_data = float(means.std(ddof=1) / math.sqrt(B)) if B > 1 else float("nan")
         se = max(se_data, se_mc) if subset else se_mc
         kind = ("data+mc (random subset of the split; at least the mc SE)" if subset
-                else "mc (every sequence of the split)")
+                else "mc (every item of the split)")
         return {"mean": float(means.mean()), "stderr": se, "stderr_kind": kind, "stderr_mc": se_mc,
                 "stderr_data_and_mc": se_data,
                 "terms": {k: float(v.mean()) for k, v in self.terms.items()}, "num_sequences": B}
@@ -284,13 +284,13 @@ def _warn_infinite(process) -> bool:
 
 def _resolve_process(denoiser, process, estimator, schedule, vocab_size):
     if process is not None:
-        if schedule is not None:
-            raise ValueError("give either process= or estimator=/schedule=, not both")
+        if schedule is not None or estimator is not None:
+            raise ValueError("give either process= or estimator=/schedule= (the masked process), not both")
         return process
-    return masked_process(estimator, schedule, denoisers.vocab_size_of(denoiser, vocab_size))
+    return masked_process(estimator or "time_free", schedule, denoisers.vocab_size_of(denoiser, vocab_size))
 
 
-def nll(denoiser, x_BxL, key, *, process=None, estimator: str = "time_free", num_samples: int = 128,
+def nll(denoiser, x_BxL, key, *, process=None, estimator: str | None = None, num_samples: int = 128,
         batch_size: int = 1024, target_BxL=None, schedule=None, vocab_size: int | None = None,
         progress: bool = False) -> Estimate:
     """Estimate -log p(x) (or -log p(x[target] | x[rest])) per sequence, in nats.
@@ -302,7 +302,7 @@ def nll(denoiser, x_BxL, key, *, process=None, estimator: str = "time_free", num
         (Poisson).
       key: PRNG key; results are a pure function of it (and of batch_size, which groups draws).
       process: a Process (:mod:`infodiff.processes.base`); default the masked process of
-        ``estimator`` ('t_dce' | 'lambda_dce' | 'k_dce' | 'time_free' | 'stratified') with
+        ``estimator`` ('t_dce' | 'lambda_dce' | 'k_dce' | 'time_free' (default) | 'stratified') with
         ``schedule`` (t_dce's law, and the map from mask fraction to time for time-conditioned
         denoisers; default linear, eps 1e-4) and ``vocab_size`` (default denoiser.vocab_size).
       num_samples: Monte Carlo samples S per sequence (>= 2).
@@ -366,7 +366,7 @@ def conditional_nll(denoiser, prompt_BxP, response_BxR, key, **kwargs) -> Estima
 
 
 def paired_conditional_nll(denoiser, prompt_BxP, response_BxR, alt_response_BxR, key, *,
-                           coupled: bool = True, process=None, estimator: str = "time_free",
+                           coupled: bool = True, process=None, estimator: str | None = None,
                            num_samples: int = 128, batch_size: int = 1024, schedule=None,
                            vocab_size: int | None = None) -> tuple[Estimate, Estimate]:
     """-log p(y | x) and -log p(y' | x) per triple, nats per response, as two Estimates.
@@ -401,7 +401,7 @@ def paired_conditional_nll(denoiser, prompt_BxP, response_BxR, alt_response_BxR,
 
 
 def log_ratio(denoiser, prompt_BxP, response_BxR, alt_response_BxR, key, *, coupled: bool = True,
-              process=None, estimator: str = "time_free", num_samples: int = 128,
+              process=None, estimator: str | None = None, num_samples: int = 128,
               batch_size: int = 1024, schedule=None, vocab_size: int | None = None) -> Estimate:
     """Estimate log p(y | x) - log p(y' | x) per triple, in nats.
 

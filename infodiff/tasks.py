@@ -261,7 +261,7 @@ def synthetic_w1(config, dist, gen_NxD: np.ndarray, seed: int) -> dict:
                            "of the same size"}
     n = min(3000, len(gen_NxD))
     rng = np.random.default_rng(seed)
-    ref, ref2 = (tasks.synthetic_sample(config, dist, rng, n) for _ in range(2))
+    ref, ref2 = (synthetic_sample(config, dist, rng, n) for _ in range(2))
     return {"wasserstein1": float(cs.wasserstein1(gen_NxD[:n], ref)),
             "w1_noise_floor": float(cs.wasserstein1(ref2, ref)),
             "w1_kind": f"exact assignment vs {n} true samples"}

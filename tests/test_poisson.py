@@ -323,3 +323,12 @@ def test_suggest_alpha_guard_makes_rounding_tail_negligible():
     assert 0 < tail[0] < 1e-6
     # ... while a guard 4 e-folds lower costs a visible amount (the tail is not trivially 0).
     assert P.rounding_loss_integral(x, ag - 4.0, sc)[0] > 1e-3
+
+
+def test_float32_scaled_data_is_snapped_to_the_lattice():
+    """float32 copies of lattice values (1e-8 off) give the same estimate as float64 ones."""
+    oracle, sc = _toy(True)
+    x64 = oracle.support
+    a = lk.poisson_nll(oracle, x64, jax.random.PRNGKey(1), num_samples=64, scaling=sc)
+    b = lk.poisson_nll(oracle, x64.astype(np.float32), jax.random.PRNGKey(1), num_samples=64, scaling=sc)
+    np.testing.assert_array_equal(a.mean, b.mean)

@@ -670,7 +670,10 @@ class PoissonProcess:
                 raise ValueError(
                     f"x{list(i)} = {x[i]} is not on the lattice of {sc} (values in [{lo}, {hi}] "
                     "spaced by (high - low) / max_count): pass scaling.scale(counts), not raw counts")
-        return x  # float64: the exact terms use it unrounded; the device sees float32
+            # Snap to the exact lattice points (float32 input is 1e-8 off them, and the exact
+            # rounding tail is computed for lattice points).
+            x = sc.scale(sc.to_lattice(x))
+        return x  # float64 for the exact terms; the device sees float32
 
     def check_target(self, target_BxD) -> None:
         if not np.asarray(target_BxD).all():
