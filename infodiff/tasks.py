@@ -460,6 +460,13 @@ class Task:
         ev = self.config.eval
         if int(ev.num_samples) < 2:
             raise ValueError(f"config.eval.num_samples={ev.num_samples} must be >= 2 to report a standard error")
+        if int(ev.get("num_generate", 0)) < 0:
+            raise ValueError(f"config.eval.num_generate={ev.num_generate} must be >= 0")
+        if int(ev.get("num_generate", 0)) > 0 and int(ev.get("sample_steps", 1)) < 1:
+            raise ValueError(f"config.eval.sample_steps={ev.sample_steps} must be >= 1")
+        for key in ("max_sequences", "max_examples"):
+            if key in ev and int(ev[key]) < 0:
+                raise ValueError(f"config.eval.{key}={ev[key]} must be >= 0 (0: the whole split)")
 
     def eval_keys(self, seed: int) -> tuple:
         """(likelihood key, sampling key) of ``eval.seed``."""
@@ -696,6 +703,7 @@ class SeddTask(_TextTask):
 
     def check_eval_config(self):
         check_sedd_eval_config(self.config)
+        super().check_eval_config()
 
     def estimation_process(self, key=None):
         ls = self.config.eval.get("lambda_sampling", None) or score_entropy.DEFAULT_LAMBDA_SAMPLING[self.graph]
@@ -955,6 +963,9 @@ def make_task(config: ml_collections.ConfigDict, *, data: Any = None) -> Task:
       ValueError: unknown process name; invalid process / model / (SEDD) eval settings, naming
         the key.
     """
+    if str(config.get("eval", {}).get("mode", "network")) == "oracle":
+        raise ValueError("this is an oracle config (eval.mode='oracle'): nothing is trained; run "
+                         "`python evaluate.py --config <it>`")
     name = process_name(config)
     if name == "masked":
         return MaskedTask(config, data)

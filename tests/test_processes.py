@@ -51,7 +51,7 @@ def _cases():
             spec = masked.MaskSpec(est, lin, exact_boundaries=False, antithetic=False)
             train = masked.MaskedProcess(spec, V) if est != "t_dce" else None
         out.append(Case(f"masked:{est}", lk.masked_process(est, lin, V), train, tab, x, truth, truth,
-                        256 if est == "stratified" else 2048))
+                        128 if est == "stratified" else 1024))
     loglin = schedules.LogLinearSchedule()
     lam_max = loglin.lambda_max
     for graph, law in (("absorb", "defensive"), ("uniform", "importance")):
@@ -60,7 +60,7 @@ def _cases():
                                        antithetic=False)
         den = se.OracleScore(tab, graph)
         prior = proc.exact_terms(*denoisers.split(den), x, np.ones(x.shape, bool), 64)["prior"]
-        out.append(Case(f"sedd:{graph}", proc, train, den, x, truth, truth - prior, 2048))
+        out.append(Case(f"sedd:{graph}", proc, train, den, x, truth, truth - prior, 1024))
     dist = cs.get_distribution("zip", max_count=12)
     sc = poisson.CountScaling(12, 1.0, 2.0)
     orc = dist.oracle(sc, dim=1)

@@ -53,3 +53,20 @@ def test_synthetic_w1_for_a_2d_law():
     gen = tasks.synthetic_sample(cfg, dist, np.random.default_rng(0), 50)
     out = tasks.synthetic_w1(cfg, dist, gen, seed=1)
     assert out["wasserstein1"] >= 0 and out["w1_noise_floor"] >= 0
+
+
+@pytest.mark.parametrize("key,value", [("eval.sample_steps", 0), ("eval.num_generate", -5),
+                                       ("eval.max_sequences", -1)])
+def test_eval_settings_refused_up_front(key, value):
+    cfg = _configs()["masked"]
+    sec, k = key.split(".")
+    cfg[sec][k] = value
+    with pytest.raises(ValueError, match=f"config.{key}={value}"):
+        tasks.make_task(cfg).check_eval_config()
+
+
+def test_oracle_config_is_not_a_training_config():
+    from configs import oracle_tabular
+
+    with pytest.raises(ValueError, match="oracle config"):
+        tasks.make_task(oracle_tabular.get_config())
