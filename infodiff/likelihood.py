@@ -47,19 +47,39 @@ ESTIMATORS = masked.ESTIMATORS
 TERMS = ("diffusion", "prior", "recon", "total")
 
 
+SE_METHODS = {
+    "iid": "sample standard deviation of the S i.i.d. Monte Carlo samples / sqrt(S)",
+    "exact": "no Monte Carlo term (every term computed exactly): SE 0",
+}
+MIN_SAMPLES_FOR_SE = 32  # fewer samples than this: the sample SE of heavy-tailed values is flagged
+
+
+def _stderr_iid(samples_BxS: np.ndarray) -> np.ndarray:
+    S = samples_BxS.shape[1]
+    if S < 2:
+        return np.full(samples_BxS.shape[0], np.nan)
+    return samples_BxS.std(axis=1, ddof=1) / math.sqrt(S)
+
+
+_STDERR = {"iid": _stderr_iid}
+
+
 @dataclasses.dataclass
 class Estimate:
     """Per-sequence Monte Carlo estimates of -log p (or of a log-ratio), nats.
 
-    samples: float64 [B, S] one-sample estimates of the Monte Carlo (``diffusion``) term.
-    exact: {name: float64 [B]} terms computed without Monte Carlo error ('prior', 'recon').
+    samples: float64 [B, S] one-sample estimates of the Monte Carlo part of the ``diffusion``
+      term (S = 0 when everything was computed exactly).
+    exact: {name: float64 [B]} terms computed without Monte Carlo error: 'prior', 'recon', and
+      'diffusion' for the part of the diffusion integral that was enumerated exactly.
     forward_passes: denoiser evaluations per sequence (S x passes per sample, plus any exact
       term's passes; 2 x for a ratio).
     infinite_variance: the estimator's variance is infinite: ``stderr`` is not trustworthy.
+    se_method: how ``stderr`` is computed, a key of ``SE_METHODS``.
     info: process-specific facts for reports (e.g. Poisson's alpha range).
 
-    ``mean`` = diffusion + sum of the exact terms; ``stderr`` = std(samples, ddof=1) / sqrt(S)
-    (the exact terms add no error).
+    ``mean`` = Monte Carlo mean + sum of the exact terms; ``stderr`` by ``se_method`` (the exact
+    terms add no error).
     """
 
     estimator: str
@@ -68,15 +88,35 @@ class Estimate:
     infinite_variance: bool = False
     exact: dict = dataclasses.field(default_factory=dict)
     info: dict = dataclasses.field(default_factory=dict)
+    se_method: str = "iid"
+
+    def __post_init__(self):
+        if self.samples.shape[1] == 0:
+            self.se_method = "exact"
+        if self.se_method not in SE_METHODS:
+            raise ValueError(f"unknown se_method {self.se_method!r}; choose from {tuple(SE_METHODS)}")
 
     @property
     def num_samples(self) -> int:
         return self.samples.shape[1]
 
     @property
-    def diffusion(self) -> np.ndarray:
-        """float64 [B] Monte Carlo mean of the diffusion (time- or SNR-integral) term."""
+    def is_exact(self) -> bool:
+        """True when no term has Monte Carlo error (SE 0, e.g. every mask subset enumerated)."""
+        return self.num_samples == 0
+
+    @property
+    def mc_mean(self) -> np.ndarray:
+        """float64 [B] mean of the Monte Carlo samples (0 when there are none)."""
+        if self.num_samples == 0:
+            return np.zeros(self.samples.shape[0])
         return self.samples.mean(axis=1)
+
+    @property
+    def diffusion(self) -> np.ndarray:
+        """float64 [B] the diffusion (time- or SNR-integral) term: Monte Carlo mean plus any
+        exactly enumerated part."""
+        return self.mc_mean + self.exact.get("diffusion", 0.0)
 
     @property
     def prior(self) -> np.ndarray:
@@ -91,7 +131,7 @@ class Estimate:
     @property
     def mean(self) -> np.ndarray:
         """float64 [B] the estimated total per sequence (nats)."""
-        out = self.diffusion
+        out = self.mc_mean
         for v in self.exact.values():
             out = out + v
         return out
@@ -104,19 +144,34 @@ class Estimate:
 
     @property
     def per_sample_std(self) -> np.ndarray:
-        """float64 [B] standard deviation of one Monte Carlo sample (nats)."""
+        """float64 [B] standard deviation of one Monte Carlo sample (nats; 0 if exact)."""
+        if self.is_exact:
+            return np.zeros(self.samples.shape[0])
         if self.num_samples < 2:
             return np.full(self.samples.shape[0], np.nan)
         return self.samples.std(axis=1, ddof=1)
 
     @property
     def stderr(self) -> np.ndarray:
-        """float64 [B] standard error of ``mean`` (nats)."""
-        return self.per_sample_std / math.sqrt(self.num_samples)
+        """float64 [B] standard error of ``mean`` (nats), computed by ``se_method``."""
+        if self.is_exact:
+            return np.zeros(self.samples.shape[0])
+        return _STDERR[self.se_method](self.samples)
+
+    @property
+    def few_samples(self) -> bool:
+        """True when the SE rests on fewer than MIN_SAMPLES_FOR_SE Monte Carlo samples."""
+        return 0 < self.num_samples < MIN_SAMPLES_FOR_SE
+
+    @property
+    def se_description(self) -> str:
+        return SE_METHODS[self.se_method]
 
     @property
     def variance_per_forward_pass(self) -> np.ndarray:
         """float64 [B]: Var(one sample) x forward passes per sample (variance at a budget of one pass)."""
+        if self.is_exact:
+            return np.zeros(self.samples.shape[0])
         return self.per_sample_std**2 * (self.forward_passes / self.num_samples)
 
     def total(self):
@@ -155,6 +210,9 @@ class Estimate:
             "num_samples": self.num_samples,
             "forward_passes": self.forward_passes,
             "infinite_variance": self.infinite_variance,
+            "se_method": self.se_method,
+            "exact": self.is_exact,
+            "few_samples": self.few_samples,
         }
 
 
@@ -421,7 +479,7 @@ def log_ratio(denoiser, prompt_BxP, response_BxR, alt_response_BxR, key, *, coup
     name = f"{ea.estimator}:{'coupled' if coupled else 'decoupled'}"
     exact = {k: eb.exact[k] - ea.exact[k] for k in ea.exact}
     return Estimate(name, eb.samples - ea.samples, forward_passes=ea.forward_passes + eb.forward_passes,
-                    infinite_variance=ea.infinite_variance, exact=exact)
+                    infinite_variance=ea.infinite_variance, exact=exact, se_method=ea.se_method)
 
 
 # ---------------------------------------------------------------------------------------------
