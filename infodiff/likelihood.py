@@ -31,6 +31,7 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.stats
 
 from infodiff import denoisers
 from infodiff import schedules as schedules_lib
@@ -48,10 +49,12 @@ TERMS = ("diffusion", "prior", "recon", "total")
 
 
 SE_METHODS = {
-    "iid": "sample standard deviation of the S i.i.d. Monte Carlo samples / sqrt(S)",
+    "iid_t": ("std(samples, ddof=1) / sqrt(S) x t_{0.975, S-1} / 1.96: the i.i.d. sample SE scaled "
+              "so that +-1.96 SE is the Student-t 95% interval (factor 1.07 at S = 32, 1.01 at 128)"),
+    "iid": "std(samples, ddof=1) / sqrt(S), the plain i.i.d. sample SE",
     "exact": "no Monte Carlo term (every term computed exactly): SE 0",
 }
-MIN_SAMPLES_FOR_SE = 32  # fewer samples than this: the sample SE of heavy-tailed values is flagged
+DEFAULT_MIN_SAMPLES = 32  # below a process's min_samples the SE is flagged (Estimate.few_samples)
 
 
 def _stderr_iid(samples_BxS: np.ndarray) -> np.ndarray:
@@ -61,7 +64,14 @@ def _stderr_iid(samples_BxS: np.ndarray) -> np.ndarray:
     return samples_BxS.std(axis=1, ddof=1) / math.sqrt(S)
 
 
-_STDERR = {"iid": _stderr_iid}
+def _stderr_iid_t(samples_BxS: np.ndarray) -> np.ndarray:
+    S = samples_BxS.shape[1]
+    if S < 2:
+        return np.full(samples_BxS.shape[0], np.nan)
+    return _stderr_iid(samples_BxS) * float(scipy.stats.t.ppf(0.975, S - 1)) / 1.959963984540054
+
+
+_STDERR = {"iid": _stderr_iid, "iid_t": _stderr_iid_t}
 
 
 @dataclasses.dataclass
@@ -75,7 +85,9 @@ class Estimate:
     forward_passes: denoiser evaluations per sequence (S x passes per sample, plus any exact
       term's passes; 2 x for a ratio).
     infinite_variance: the estimator's variance is infinite: ``stderr`` is not trustworthy.
-    se_method: how ``stderr`` is computed, a key of ``SE_METHODS``.
+    se_method: how ``stderr`` is computed, a key of ``SE_METHODS`` (default 'iid_t').
+    min_samples: the fewest samples at which this estimator's SE was measured to be calibrated
+      (tests/test_calibration.py); fewer are flagged by ``few_samples``.
     info: process-specific facts for reports (e.g. Poisson's alpha range).
 
     ``mean`` = Monte Carlo mean + sum of the exact terms; ``stderr`` by ``se_method`` (the exact
@@ -88,7 +100,8 @@ class Estimate:
     infinite_variance: bool = False
     exact: dict = dataclasses.field(default_factory=dict)
     info: dict = dataclasses.field(default_factory=dict)
-    se_method: str = "iid"
+    se_method: str = "iid_t"
+    min_samples: int = DEFAULT_MIN_SAMPLES
 
     def __post_init__(self):
         if self.samples.shape[1] == 0:
@@ -160,8 +173,9 @@ class Estimate:
 
     @property
     def few_samples(self) -> bool:
-        """True when the SE rests on fewer than MIN_SAMPLES_FOR_SE Monte Carlo samples."""
-        return 0 < self.num_samples < MIN_SAMPLES_FOR_SE
+        """True when the SE rests on fewer samples than ``min_samples``: heavy-tailed per-sample
+        values make the sample SE too small there (docs/discrete_diffusion.md §6.4)."""
+        return 0 < self.num_samples < self.min_samples
 
     @property
     def se_description(self) -> str:
@@ -381,13 +395,40 @@ def nll(denoiser, x_BxL, key, *, process=None, estimator: str | None = None, num
     target = _target(target_BxL, x.shape)
     process.check_target(target)
     inf_var = _warn_infinite(process)
-    vals = estimate(process, denoiser, x[None], target, key, int(num_samples), int(batch_size),
-                    progress=progress)
+    process, S, pilot_passes = _planned(process, denoiser, x, target, key, int(num_samples), int(batch_size))
+    if process.passes_per_sample(target) == 0:  # every term exact (e.g. all mask subsets enumerated)
+        vals, S = np.zeros((1, x.shape[0], 0)), 0
+    else:
+        vals = estimate(process, denoiser, x[None], target, key, S, int(batch_size), progress=progress)
     apply_fn, params = denoisers.split(denoiser)
     exact = process.exact_terms(apply_fn, params, x, target, int(batch_size))
-    passes = int(num_samples) * process.passes_per_sample(target) + getattr(process, "extra_passes", lambda: 0)()
+    passes = S * process.passes_per_sample(target) + getattr(process, "extra_passes", lambda: 0)() + pilot_passes
     return Estimate(process.estimator, vals[0], forward_passes=passes, infinite_variance=inf_var,
-                    exact=exact)
+                    exact=exact, min_samples=_min_samples(process))
+
+
+def _min_samples(process) -> int:
+    return int(getattr(process, "min_samples", DEFAULT_MIN_SAMPLES))
+
+
+PILOT_KEY = 0x70110  # fold_in constant of the pilot stage's key
+
+
+def _planned(process, denoiser, x, target, key, num_samples, batch_size):
+    """A two-stage process (``needs_plan``, e.g. neyman) with its pilot run on an independent
+    key and kept out of the estimate; returns (process, Monte Carlo samples to draw, pilot
+    forward passes per sequence)."""
+    if not getattr(process, "needs_plan", False):
+        return process, num_samples, 0
+    stage = process.pilot_stage(target, num_samples)
+    pilot_vals, pilot_passes = None, 0
+    if stage is not None:
+        pilot, s_pilot = stage
+        pilot_vals = estimate(pilot, denoiser, x[None], target, jax.random.fold_in(key, PILOT_KEY),
+                              int(s_pilot), batch_size)[0]
+        pilot_passes = int(s_pilot) * pilot.passes_per_sample(target)
+    planned, S = process.plan(pilot_vals, target, num_samples)
+    return planned, S, pilot_passes
 
 
 def _concat(prompt_BxP, response_BxR, V):
@@ -448,13 +489,17 @@ def paired_conditional_nll(denoiser, prompt_BxP, response_BxR, alt_response_BxR,
     _check_common(num_samples, batch_size)
     process = _resolve_process(denoiser, process, estimator, schedule, V)
     process.check_target(target)
+    if getattr(process, "needs_plan", False):
+        raise NotImplementedError(f"the {process.estimator} estimator is not implemented for paired "
+                                  "responses / log-ratios; use 'stratified' or 'k_dce'")
     inf_var = _warn_infinite(process)
     vals = estimate(process, denoiser, np.stack([xa, xb]), target, key, int(num_samples),
                     int(batch_size) // 2 or 1, independent=not coupled)
     apply_fn, params = denoisers.split(denoiser)
     fp = int(num_samples) * process.passes_per_sample(target) + getattr(process, "extra_passes", lambda: 0)()
     return tuple(Estimate(process.estimator, vals[i], forward_passes=fp, infinite_variance=inf_var,
-                          exact=process.exact_terms(apply_fn, params, xi, target, int(batch_size)))
+                          exact=process.exact_terms(apply_fn, params, xi, target, int(batch_size)),
+                          min_samples=_min_samples(process))
                  for i, xi in enumerate((xa, xb)))
 
 
@@ -479,7 +524,8 @@ def log_ratio(denoiser, prompt_BxP, response_BxR, alt_response_BxR, key, *, coup
     name = f"{ea.estimator}:{'coupled' if coupled else 'decoupled'}"
     exact = {k: eb.exact[k] - ea.exact[k] for k in ea.exact}
     return Estimate(name, eb.samples - ea.samples, forward_passes=ea.forward_passes + eb.forward_passes,
-                    infinite_variance=ea.infinite_variance, exact=exact, se_method=ea.se_method)
+                    infinite_variance=ea.infinite_variance, exact=exact, se_method=ea.se_method,
+                    min_samples=ea.min_samples)
 
 
 # ---------------------------------------------------------------------------------------------

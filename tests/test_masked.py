@@ -13,7 +13,8 @@ from infodiff.processes import masked
 
 @pytest.mark.parametrize("name", masked.ESTIMATORS)
 def test_masks_stay_inside_target(name):
-    spec = masked.MaskSpec(name=name)
+    plan = masked.neyman_plan(None, 6, 4, enumerate_strata=False) if name == "neyman" else None
+    spec = masked.MaskSpec(name=name, plan=plan)
     target = np.zeros((512, 10), bool)
     target[:, 4:] = True
     target[:5] = False  # rows without target positions
