@@ -12,7 +12,7 @@ def add_process_and_eval(c: ml_collections.ConfigDict) -> None:
 
     c.eval = ml_collections.ConfigDict()
     c.eval.mode = "oracle"
-    c.eval.estimators = ("t_dce", "lambda_dce", "k_dce", "time_free", "stratified")
+    c.eval.estimators = ("t_dce", "lambda_dce", "k_dce", "time_free", "stratified", "neyman")
     c.eval.num_sequences = 16     # sequences drawn from the distribution
     c.eval.num_samples = 1024     # Monte Carlo samples per sequence (= forward passes)
     c.eval.batch_size = 4096

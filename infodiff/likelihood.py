@@ -11,7 +11,8 @@ One driver (:func:`estimate`) runs any :class:`infodiff.processes.base.Process` 
 an exact oracle, :mod:`infodiff.denoisers`) and returns one result type, :class:`Estimate`:
 per-sample values, standard error, forward passes and the terms {diffusion, prior, recon,
 total}. Without ``process`` the masked process of ``estimator`` is used: 't_dce', 'lambda_dce'
-(infinite variance, flagged), 'k_dce', 'time_free', 'stratified'
+(infinite variance, flagged), 'k_dce', 'time_free', 'stratified', 'neyman' (the default: lowest
+variance per forward pass; exact enumeration when every mask subset fits the budget)
 (docs/discrete_diffusion.md §6). ``imdse_nll`` (SEDD) and ``poisson_nll`` are thin wrappers
 that build their process. The coupled log-ratio (arXiv 2510.24088 Eq. 18) shares every
 noise draw between the two inputs.
@@ -49,12 +50,14 @@ TERMS = ("diffusion", "prior", "recon", "total")
 
 
 SE_METHODS = {
-    "iid_t": ("std(samples, ddof=1) / sqrt(S) x t_{0.975, S-1} / 1.96: the i.i.d. sample SE scaled "
-              "so that +-1.96 SE is the Student-t 95% interval (factor 1.07 at S = 32, 1.01 at 128)"),
-    "iid": "std(samples, ddof=1) / sqrt(S), the plain i.i.d. sample SE",
+    "iid": "std(samples, ddof=1) / sqrt(S) over the S i.i.d. Monte Carlo samples",
     "exact": "no Monte Carlo term (every term computed exactly): SE 0",
 }
+T_SCALING = ("every SE is Student-t scaled, SE = raw SE x t_{0.975, dof} / 1.96, so that +-1.96 SE "
+             "is the 95% t-interval (per item dof = S - 1: factor 1.07 at S = 32, 1.01 at 128; a "
+             "split's SE pools the items' variances, dof = B (S - 1), factor ~1)")
 DEFAULT_MIN_SAMPLES = 32  # below a process's min_samples the SE is flagged (Estimate.few_samples)
+Z975 = 1.959963984540054
 
 
 def _stderr_iid(samples_BxS: np.ndarray) -> np.ndarray:
@@ -64,14 +67,15 @@ def _stderr_iid(samples_BxS: np.ndarray) -> np.ndarray:
     return samples_BxS.std(axis=1, ddof=1) / math.sqrt(S)
 
 
-def _stderr_iid_t(samples_BxS: np.ndarray) -> np.ndarray:
-    S = samples_BxS.shape[1]
-    if S < 2:
-        return np.full(samples_BxS.shape[0], np.nan)
-    return _stderr_iid(samples_BxS) * float(scipy.stats.t.ppf(0.975, S - 1)) / 1.959963984540054
+# se_method -> (raw SE float64 [B] from samples [B, S], degrees of freedom of each item's SE)
+_STDERR = {"iid": (_stderr_iid, lambda S: S - 1)}
 
 
-_STDERR = {"iid": _stderr_iid, "iid_t": _stderr_iid_t}
+def t_factor(dof) -> float:
+    """t_{0.975, dof} / 1.96 (NaN for dof < 1)."""
+    if dof is None or dof < 1:
+        return float("nan")
+    return float(scipy.stats.t.ppf(0.975, dof)) / Z975
 
 
 @dataclasses.dataclass
@@ -85,13 +89,14 @@ class Estimate:
     forward_passes: denoiser evaluations per sequence (S x passes per sample, plus any exact
       term's passes; 2 x for a ratio).
     infinite_variance: the estimator's variance is infinite: ``stderr`` is not trustworthy.
-    se_method: how ``stderr`` is computed, a key of ``SE_METHODS`` (default 'iid_t').
+    se_method: how the raw SE is computed, a key of ``SE_METHODS`` (default 'iid'); ``stderr``
+      is it Student-t scaled (``T_SCALING``).
     min_samples: the fewest samples at which this estimator's SE was measured to be calibrated
       (tests/test_calibration.py); fewer are flagged by ``few_samples``.
     info: process-specific facts for reports (e.g. Poisson's alpha range).
 
-    ``mean`` = Monte Carlo mean + sum of the exact terms; ``stderr`` by ``se_method`` (the exact
-    terms add no error).
+    ``mean`` = Monte Carlo mean + sum of the exact terms; ``stderr`` = raw SE (``se_method``) x
+    t_{0.975, dof} / 1.96 (the exact terms add no error).
     """
 
     estimator: str
@@ -100,7 +105,7 @@ class Estimate:
     infinite_variance: bool = False
     exact: dict = dataclasses.field(default_factory=dict)
     info: dict = dataclasses.field(default_factory=dict)
-    se_method: str = "iid_t"
+    se_method: str = "iid"
     min_samples: int = DEFAULT_MIN_SAMPLES
 
     def __post_init__(self):
@@ -165,16 +170,35 @@ class Estimate:
         return self.samples.std(axis=1, ddof=1)
 
     @property
-    def stderr(self) -> np.ndarray:
-        """float64 [B] standard error of ``mean`` (nats), computed by ``se_method``."""
+    def stderr_raw(self) -> np.ndarray:
+        """float64 [B] the unscaled SE of ``mean`` by ``se_method`` (nats; 0 if exact)."""
         if self.is_exact:
             return np.zeros(self.samples.shape[0])
-        return _STDERR[self.se_method](self.samples)
+        return _STDERR[self.se_method][0](self.samples)
+
+    @property
+    def dof(self) -> int:
+        """Degrees of freedom of each item's SE (S - 1 for i.i.d. samples; 0 if exact)."""
+        return 0 if self.is_exact else int(_STDERR[self.se_method][1](self.num_samples))
+
+    @property
+    def stderr(self) -> np.ndarray:
+        """float64 [B] standard error of ``mean`` (nats): ``stderr_raw`` x t_{0.975, dof} / 1.96,
+        so that +-1.96 SE is the Student-t 95% interval."""
+        if self.is_exact:
+            return np.zeros(self.samples.shape[0])
+        return self.stderr_raw * t_factor(self.dof)
+
+    def pooled_stderr(self) -> float:
+        """SE of the sum over the B items: their raw variances pooled, t-scaled with
+        dof = B x item dof (a factor ~1)."""
+        se = float(np.sqrt(np.sum(self.stderr_raw**2)))
+        return se if self.is_exact else se * t_factor(len(self.mean) * self.dof)
 
     @property
     def few_samples(self) -> bool:
         """True when the SE rests on fewer samples than ``min_samples``: heavy-tailed per-sample
-        values make the sample SE too small there (docs/discrete_diffusion.md §6.4)."""
+        values make the sample SE too small there (docs/discrete_diffusion.md §6.10)."""
         return 0 < self.num_samples < self.min_samples
 
     @property
@@ -189,13 +213,14 @@ class Estimate:
         return self.per_sample_std**2 * (self.forward_passes / self.num_samples)
 
     def total(self):
-        """(sum of means, its stderr) over the batch, nats (e.g. a corpus NLL)."""
-        return float(self.mean.sum()), float(np.sqrt(np.sum(self.stderr**2)))
+        """(sum of means, its stderr) over the batch, nats (e.g. a corpus NLL); see
+        :meth:`pooled_stderr`."""
+        return float(self.mean.sum()), self.pooled_stderr()
 
     def split_mean(self, subset: bool = False) -> dict:
         """The mean over the B sequences (a split's NLL) with ONE standard-error convention.
 
-        ``stderr_mc`` = sqrt(sum_b se_b^2) / B, the Monte Carlo error given these sequences;
+        ``stderr_mc`` = :meth:`pooled_stderr` / B, the Monte Carlo error given these sequences;
         ``stderr_data_and_mc`` = std over sequences of the per-sequence estimates / sqrt(B).
         ``stderr`` is ``stderr_mc`` when the whole split was evaluated (``subset=False``: the
         split's NLL is then a fixed number and only the Monte Carlo error remains) and the larger
@@ -206,7 +231,7 @@ class Estimate:
         """
         means = self.mean
         B = len(means)
-        se_mc = float(np.sqrt(np.sum(self.stderr**2)) / B)
+        se_mc = self.pooled_stderr() / B
         se_data = float(means.std(ddof=1) / math.sqrt(B)) if B > 1 else float("nan")
         se = max(se_data, se_mc) if subset else se_mc
         kind = ("data+mc (random subset of the split; at least the mc SE)" if subset
@@ -359,10 +384,24 @@ def _resolve_process(denoiser, process, estimator, schedule, vocab_size):
         if schedule is not None or estimator is not None:
             raise ValueError("give either process= or estimator=/schedule= (the masked process), not both")
         return process
-    return masked_process(estimator or "time_free", schedule, denoisers.vocab_size_of(denoiser, vocab_size))
+    return masked_process(estimator or DEFAULT_ESTIMATOR, schedule, denoisers.vocab_size_of(denoiser, vocab_size))
 
 
-def nll(denoiser, x_BxL, key, *, process=None, estimator: str | None = None, num_samples: int = 128,
+DEFAULT_ESTIMATOR = "neyman"  # lowest variance per pass measured (benchmarks/estimator_variance.py)
+DEFAULT_PASSES = 128          # default Monte Carlo budget: forward passes per sequence
+
+
+def default_num_samples(process, target_BxL) -> int:
+    """DEFAULT_PASSES passes per sequence: that many samples for one-pass estimators, and
+    max(min_samples, DEFAULT_PASSES / n) rounds for those whose sample costs n passes."""
+    per = process.passes_per_sample(target_BxL) if not getattr(process, "needs_plan", False) else (
+        masked.common_target_count(target_BxL, process.estimator))
+    if per <= 1:
+        return DEFAULT_PASSES
+    return max(_min_samples(process), -(-DEFAULT_PASSES // per))
+
+
+def nll(denoiser, x_BxL, key, *, process=None, estimator: str | None = None, num_samples: int | None = None,
         batch_size: int = 1024, target_BxL=None, schedule=None, vocab_size: int | None = None,
         progress: bool = False) -> Estimate:
     """Estimate -log p(x) (or -log p(x[target] | x[rest])) per sequence, in nats.
@@ -374,10 +413,13 @@ def nll(denoiser, x_BxL, key, *, process=None, estimator: str | None = None, num
         (Poisson).
       key: PRNG key; results are a pure function of it (and of batch_size, which groups draws).
       process: a Process (:mod:`infodiff.processes.base`); default the masked process of
-        ``estimator`` ('t_dce' | 'lambda_dce' | 'k_dce' | 'time_free' (default) | 'stratified') with
+        ``estimator`` ('t_dce' | 'lambda_dce' | 'k_dce' | 'time_free' | 'stratified' | 'neyman'
+        (default: the lowest variance per pass, docs/discrete_diffusion.md §6.9)) with
         ``schedule`` (t_dce's law, and the map from mask fraction to time for time-conditioned
         denoisers; default linear, eps 1e-4) and ``vocab_size`` (default denoiser.vocab_size).
-      num_samples: Monte Carlo samples S per sequence (>= 2).
+      num_samples: Monte Carlo samples S per sequence (>= 2); a sample costs 1 forward pass, n
+        (the target count) for 'stratified' and 'neyman'. Default (None): about 128 passes per
+        sequence (:func:`default_num_samples`).
       batch_size: rows per denoiser call.
       target_BxL: optional bool [B, L]: positions whose likelihood is estimated; the others are
         context and never noised. Default: all positions.
@@ -391,8 +433,10 @@ def nll(denoiser, x_BxL, key, *, process=None, estimator: str | None = None, num
     """
     process = _resolve_process(denoiser, process, estimator, schedule, vocab_size)
     x = process.validate(x_BxL)
-    _check_common(num_samples, batch_size)
     target = _target(target_BxL, x.shape)
+    if num_samples is None:
+        num_samples = default_num_samples(process, target)
+    _check_common(num_samples, batch_size)
     process.check_target(target)
     inf_var = _warn_infinite(process)
     process, S, pilot_passes = _planned(process, denoiser, x, target, key, int(num_samples), int(batch_size))
@@ -414,19 +458,22 @@ def _min_samples(process) -> int:
 PILOT_KEY = 0x70110  # fold_in constant of the pilot stage's key
 
 
-def _planned(process, denoiser, x, target, key, num_samples, batch_size):
+def _planned(process, denoiser, x, target, key, num_samples, batch_size, independent=False):
     """A two-stage process (``needs_plan``, e.g. neyman) with its pilot run on an independent
-    key and kept out of the estimate; returns (process, Monte Carlo samples to draw, pilot
-    forward passes per sequence)."""
+    key and kept out of the estimate. ``x`` is [B, L], or [2, B, L] for a pair (the plan then
+    minimises the variance of the difference). Returns (process, Monte Carlo samples to draw,
+    pilot forward passes per sequence, both inputs of a pair counted)."""
     if not getattr(process, "needs_plan", False):
         return process, num_samples, 0
     stage = process.pilot_stage(target, num_samples)
     pilot_vals, pilot_passes = None, 0
     if stage is not None:
         pilot, s_pilot = stage
-        pilot_vals = estimate(pilot, denoiser, x[None], target, jax.random.fold_in(key, PILOT_KEY),
-                              int(s_pilot), batch_size)[0]
-        pilot_passes = int(s_pilot) * pilot.passes_per_sample(target)
+        xs = x if x.ndim == 3 else x[None]
+        v = estimate(pilot, denoiser, xs, target, jax.random.fold_in(key, PILOT_KEY), int(s_pilot),
+                     batch_size, independent=independent)
+        pilot_vals = v[0] if len(v) == 1 else v[1] - v[0]
+        pilot_passes = len(v) * int(s_pilot) * pilot.passes_per_sample(target)
     planned, S = process.plan(pilot_vals, target, num_samples)
     return planned, S, pilot_passes
 
@@ -466,7 +513,7 @@ def conditional_nll(denoiser, prompt_BxP, response_BxR, key, **kwargs) -> Estima
 
 def paired_conditional_nll(denoiser, prompt_BxP, response_BxR, alt_response_BxR, key, *,
                            coupled: bool = True, process=None, estimator: str | None = None,
-                           num_samples: int = 128, batch_size: int = 1024, schedule=None,
+                           num_samples: int | None = None, batch_size: int = 1024, schedule=None,
                            vocab_size: int | None = None) -> tuple[Estimate, Estimate]:
     """-log p(y | x) and -log p(y' | x) per triple, nats per response, as two Estimates.
 
@@ -486,17 +533,22 @@ def paired_conditional_nll(denoiser, prompt_BxP, response_BxR, alt_response_BxR,
         )
     xa, target = _concat(prompt_BxP, ya, V)
     xb, _ = _concat(prompt_BxP, yb, V)
-    _check_common(num_samples, batch_size)
     process = _resolve_process(denoiser, process, estimator, schedule, V)
+    if num_samples is None:
+        num_samples = default_num_samples(process, target)
+    _check_common(num_samples, batch_size)
     process.check_target(target)
-    if getattr(process, "needs_plan", False):
-        raise NotImplementedError(f"the {process.estimator} estimator is not implemented for paired "
-                                  "responses / log-ratios; use 'stratified' or 'k_dce'")
     inf_var = _warn_infinite(process)
-    vals = estimate(process, denoiser, np.stack([xa, xb]), target, key, int(num_samples),
-                    int(batch_size) // 2 or 1, independent=not coupled)
+    xs = np.stack([xa, xb])
+    bs = int(batch_size) // 2 or 1
+    process, S, pilot_passes = _planned(process, denoiser, xs, target, key, int(num_samples), bs,
+                                        independent=not coupled)
+    if process.passes_per_sample(target) == 0:
+        vals, S = np.zeros((2, xa.shape[0], 0)), 0
+    else:
+        vals = estimate(process, denoiser, xs, target, key, S, bs, independent=not coupled)
     apply_fn, params = denoisers.split(denoiser)
-    fp = int(num_samples) * process.passes_per_sample(target) + getattr(process, "extra_passes", lambda: 0)()
+    fp = S * process.passes_per_sample(target) + getattr(process, "extra_passes", lambda: 0)() + pilot_passes // 2
     return tuple(Estimate(process.estimator, vals[i], forward_passes=fp, infinite_variance=inf_var,
                           exact=process.exact_terms(apply_fn, params, xi, target, int(batch_size)),
                           min_samples=_min_samples(process))
@@ -504,7 +556,7 @@ def paired_conditional_nll(denoiser, prompt_BxP, response_BxR, alt_response_BxR,
 
 
 def log_ratio(denoiser, prompt_BxP, response_BxR, alt_response_BxR, key, *, coupled: bool = True,
-              process=None, estimator: str | None = None, num_samples: int = 128,
+              process=None, estimator: str | None = None, num_samples: int | None = None,
               batch_size: int = 1024, schedule=None, vocab_size: int | None = None) -> Estimate:
     """Estimate log p(y | x) - log p(y' | x) per triple, in nats.
 
@@ -531,7 +583,7 @@ def log_ratio(denoiser, prompt_BxP, response_BxR, alt_response_BxR, key, *, coup
 # ---------------------------------------------------------------------------------------------
 # Thin wrappers: score entropy (I-MDSE) and Poisson
 # ---------------------------------------------------------------------------------------------
-def imdse_nll(score_model, x_BxL, key, *, graph: str, lam_max: float, num_samples: int = 128,
+def imdse_nll(score_model, x_BxL, key, *, graph: str, lam_max: float, num_samples: int | None = None,
               lambda_sampling: str | None = None, batch_size: int = 1024, target_BxL=None,
               vocab_size: int | None = None, progress: bool = False) -> Estimate:
     """I-MDSE estimate of -log p(x) (or -log p(x[target] | x[rest])) per sequence, in nats.
@@ -549,7 +601,8 @@ def imdse_nll(score_model, x_BxL, key, *, graph: str, lam_max: float, num_sample
         ``apply_params`` / ``params`` (:mod:`infodiff.denoisers`).
       x_BxL: int [B, L] tokens in [0, V). graph: 'absorb' | 'uniform'.
       lam_max: noise level at the end time T (schedule.lambda_max; 1 - eps for loglinear).
-      num_samples: S >= 2. target_BxL: optional bool [B, L] (absorb only).
+      num_samples: S >= 2; default the process's ``min_samples`` (128 absorb, 512 uniform graph:
+        the fewest with a calibrated SE). target_BxL: optional bool [B, L] (absorb only).
     Returns: Estimate (samples [B, S] of the diffusion term, exact 'prior' [B]).
     Raises: ValueError for bad tokens, an unknown graph/sampling, a score model declaring
       another graph (``.graph``), lam_max outside (0, 1], num_samples < 2;
@@ -565,6 +618,8 @@ def imdse_nll(score_model, x_BxL, key, *, graph: str, lam_max: float, num_sample
     V = denoisers.vocab_size_of(score_model, vocab_size)
     process = se.ScoreEntropyProcess(graph=graph, vocab_size=V, noise_law=lambda_sampling,
                                      lam_max=float(lam_max))
+    if num_samples is None:
+        num_samples = process.min_samples
     return nll(score_model, x_BxL, key, process=process, num_samples=num_samples,
                batch_size=batch_size, target_BxL=target_BxL, progress=progress)
 

@@ -8,9 +8,9 @@ fewer are flagged by ``Estimate.few_samples``). Tolerances are derived, not tune
 * coverage: the number of cases with |z| <= 1.96 is Binomial(N, 0.95) under calibration; we
   accept its central 99.8 % range;
 * mean z^2: with Gaussian per-sample values, z = (mean - truth) / SE with the Student-t scaled SE
-  (``se_method='iid_t'``) is c t_{S-1} with c = 1.96 / t_{0.975, S-1}, so z^2 / c^2 ~ F(1, S-1):
-  E[z^2] = c^2 (S-1)/(S-3) (~0.96-1.0) and the standard deviation of the mean over N cases
-  follows from Var F(1, nu); we accept E +- 3.3 of those standard deviations.
+  (``Estimate.stderr``, dof nu = S - 1) is c t_nu with c = 1.96 / t_{0.975, nu}, so
+  z^2 / c^2 ~ F(1, nu): E[z^2] = c^2 nu / (nu - 2) (~0.96-1.0) and the standard deviation of
+  the mean over N cases follows from Var F(1, nu); we accept E +- 3.3 of those deviations.
 Run with ``pytest -s`` to see coverage and mean z^2 of every estimator.
 """
 
@@ -31,13 +31,14 @@ from infodiff.processes import score_entropy as se
 N_CASES = 400
 
 
-def calibration(mean_N, se_N, truth_N, num_samples: int) -> dict:
-    """Coverage of +-1.96 SE and mean z^2 over N cases, with their accepted ranges."""
+def calibration(mean_N, se_N, truth_N, dof: int) -> dict:
+    """Coverage of +-1.96 SE and mean z^2 over N cases (SE with ``dof`` degrees of freedom),
+    with their accepted ranges."""
     z = (np.asarray(mean_N) - np.asarray(truth_N)) / np.asarray(se_N)
     N = len(z)
     k = int(np.sum(np.abs(z) <= 1.96))
     k_lo, k_hi = scipy.stats.binom.ppf([0.001, 0.999], N, 0.95)
-    nu = num_samples - 1
+    nu = dof
     c2 = (1.959963984540054 / scipy.stats.t.ppf(0.975, nu)) ** 2
     mean_f = nu / (nu - 2)
     var_f = 2 * nu**2 * (nu - 1) / ((nu - 2) ** 2 * (nu - 4))
@@ -47,7 +48,7 @@ def calibration(mean_N, se_N, truth_N, num_samples: int) -> dict:
 
 
 def check(name: str, est: lk.Estimate, truth_N) -> dict:
-    c = calibration(est.mean, est.stderr, truth_N, est.num_samples)
+    c = calibration(est.mean, est.stderr, truth_N, est.dof)
     print(f"\n  {name:32s} S={est.num_samples:4d} coverage {c['coverage']:.3f} "
           f"[{c['coverage_range'][0]:.3f}, {c['coverage_range'][1]:.3f}]  mean z^2 {c['mean_z2']:.3f} "
           f"[{c['mean_z2_range'][0]:.3f}, {c['mean_z2_range'][1]:.3f}]  max|z| {c['max_abs_z']:.2f}")
@@ -82,7 +83,7 @@ def test_the_check_fails_for_an_overconfident_se(tabular):
     tab, x, truth = tabular
     est = lk.nll(tab, x, jax.random.PRNGKey(3), estimator="k_dce", num_samples=16)
     check("k_dce", est, truth)
-    c = calibration(est.mean, 0.8 * est.stderr, truth, est.num_samples)
+    c = calibration(est.mean, 0.8 * est.stderr, truth, est.dof)
     assert not (c["coverage_range"][0] <= c["coverage"] and c["mean_z2"] <= c["mean_z2_range"][1])
 
 
@@ -104,7 +105,8 @@ def test_masked_conditional(markov, estimator):
     check(f"{estimator} conditional", est, truth)
 
 
-def test_coupled_log_ratio(markov):
+@pytest.mark.parametrize("estimator", ["k_dce", "neyman"])
+def test_coupled_log_ratio(markov, estimator):
     mk, x, _ = markov
     rng = np.random.default_rng(5)
     y_alt = mk.sample_response(rng, x[:, :8], 12)
@@ -112,9 +114,9 @@ def test_coupled_log_ratio(markov):
     target[:, 8:] = True
     x_alt = np.concatenate([x[:, :8], y_alt], 1)
     truth = mk.cond_log_prob(x, target) - mk.cond_log_prob(x_alt, target)
-    S = masked.MIN_SAMPLES["k_dce"]
-    est = lk.log_ratio(mk, x[:, :8], x[:, 8:], y_alt, jax.random.PRNGKey(7), estimator="k_dce", num_samples=S)
-    check("k_dce coupled log-ratio", est, truth)
+    S = masked.MIN_SAMPLES[estimator]
+    est = lk.log_ratio(mk, x[:, :8], x[:, 8:], y_alt, jax.random.PRNGKey(7), estimator=estimator, num_samples=S)
+    check(f"{estimator} coupled log-ratio", est, truth)
 
 
 @pytest.mark.parametrize("graph,law", [("absorb", "defensive"), ("absorb", "importance"),
@@ -129,6 +131,29 @@ def test_score_entropy(graph, law):
     est = lk.nll(se.OracleScore(tab, graph), x, jax.random.PRNGKey(30), process=process,
                  num_samples=process.min_samples)
     check(f"imdse {graph}:{law}", est, -tab.log_prob(x))
+
+
+def test_split_se_with_few_samples_per_sequence(tabular):
+    """A split's SE pools its items' variances: calibrated even at S = 4 per sequence (k_dce,
+    below its per-item min_samples), over 100 splits of 8 sequences (dof 8 x 3)."""
+    tab, _, _ = tabular
+    rng = np.random.default_rng(9)
+    x = tab.sample(rng, 800)
+    truth = -tab.log_prob(x)
+    est = lk.nll(tab, x, jax.random.PRNGKey(4), estimator="k_dce", num_samples=4)
+    means, ses = [], []
+    for g in range(100):
+        part = lk.Estimate(est.estimator, est.samples[8 * g:8 * g + 8], est.forward_passes)
+        split = part.split_mean()
+        means.append(split["mean"])
+        ses.append(split["stderr"])
+    truth_g = truth.reshape(100, 8).mean(1)
+    c = calibration(means, ses, truth_g, 8 * 3)
+    print(f"\n  k_dce split of 8 (S=4 each)        coverage {c['coverage']:.3f} "
+          f"[{c['coverage_range'][0]:.3f}, {c['coverage_range'][1]:.3f}]  mean z^2 {c['mean_z2']:.3f} "
+          f"[{c['mean_z2_range'][0]:.3f}, {c['mean_z2_range'][1]:.3f}]")
+    assert c["coverage_range"][0] <= c["coverage"] <= c["coverage_range"][1]
+    assert c["mean_z2_range"][0] <= c["mean_z2"] <= c["mean_z2_range"][1]
 
 
 def test_few_samples_are_flagged(tabular):

@@ -37,12 +37,14 @@ def test_paired_estimates_share_masks():
     mk = oracles.random_markov(np.random.default_rng(1), "ACGT", 2)
     x = mk.sample(np.random.default_rng(2), 3, length=12)
     y2 = mk.sample_response(np.random.default_rng(3), x[:, :6], 6)
-    ea, eb = lk.paired_conditional_nll(mk, x[:, :6], x[:, 6:], y2, jax.random.PRNGKey(0), num_samples=64)
-    r = lk.log_ratio(mk, x[:, :6], x[:, 6:], y2, jax.random.PRNGKey(0), num_samples=64)
+    kw = dict(estimator="time_free", num_samples=64)
+    ea, eb = lk.paired_conditional_nll(mk, x[:, :6], x[:, 6:], y2, jax.random.PRNGKey(0), **kw)
+    r = lk.log_ratio(mk, x[:, :6], x[:, 6:], y2, jax.random.PRNGKey(0), **kw)
     np.testing.assert_allclose(r.samples, eb.samples - ea.samples)
     assert r.forward_passes == ea.forward_passes + eb.forward_passes == 128
     # The same draw for y and y' = y gives a difference of exactly zero.
-    ea, eb = lk.paired_conditional_nll(mk, x[:, :6], x[:, 6:], x[:, 6:], jax.random.PRNGKey(0), num_samples=16)
+    ea, eb = lk.paired_conditional_nll(mk, x[:, :6], x[:, 6:], x[:, 6:], jax.random.PRNGKey(0),
+                                       estimator="time_free", num_samples=16)
     np.testing.assert_array_equal(ea.samples, eb.samples)
 
 

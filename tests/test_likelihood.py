@@ -172,9 +172,9 @@ def test_coupled_ratio_unbiased_and_lower_variance(markov4):
     truth = (markov4.cond_log_prob(x, target)
              - markov4.cond_log_prob(np.concatenate([prompt, yb], 1), target))
     c = lk.log_ratio(markov4, prompt, ya, yb, jax.random.PRNGKey(14), coupled=True,
-                     num_samples=N_MC)
+                     estimator="time_free", num_samples=N_MC)
     d = lk.log_ratio(markov4, prompt, ya, yb, jax.random.PRNGKey(15), coupled=False,
-                     num_samples=N_MC)
+                     estimator="time_free", num_samples=N_MC)
     _assert_unbiased(c, truth, "coupled ratio")
     _assert_unbiased(d, truth, "decoupled ratio")
     assert c.forward_passes == d.forward_passes == 2 * N_MC
@@ -209,11 +209,21 @@ def test_stratified_refuses_ragged_targets(tabular):
 
 def test_results_are_reproducible_from_key(tabular):
     x = tabular.sample(np.random.default_rng(0), 2)
-    a = lk.nll(tabular, x, jax.random.PRNGKey(3), num_samples=64)
-    b = lk.nll(tabular, x, jax.random.PRNGKey(3), num_samples=64)
-    c = lk.nll(tabular, x, jax.random.PRNGKey(4), num_samples=64)
+    a = lk.nll(tabular, x, jax.random.PRNGKey(3), estimator="time_free", num_samples=64)
+    b = lk.nll(tabular, x, jax.random.PRNGKey(3), estimator="time_free", num_samples=64)
+    c = lk.nll(tabular, x, jax.random.PRNGKey(4), estimator="time_free", num_samples=64)
     np.testing.assert_array_equal(a.samples, b.samples)
     assert not np.array_equal(a.samples, c.samples)
+
+
+def test_default_is_neyman_with_a_budget_of_about_128_passes(tabular, markov2):
+    x = markov2.sample(np.random.default_rng(0), 2, length=16)
+    est = lk.nll(markov2, x, jax.random.PRNGKey(0))
+    assert est.estimator == "neyman" and not est.is_exact
+    # max(8, 128 / 16) = 8 rounds of 16 passes (+ pilot and the enumerated strata m = 16, ...)
+    assert 128 <= est.forward_passes <= 128 + 30 + 1 + 2 * 16, est.forward_passes
+    x6 = tabular.sample(np.random.default_rng(0), 2)
+    assert lk.nll(tabular, x6, jax.random.PRNGKey(0)).is_exact  # 2^6 - 1 = 63 subsets < 128 passes
 
 
 def test_bad_input_is_refused(tabular):

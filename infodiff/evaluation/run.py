@@ -87,6 +87,9 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
         "per_sample_std": float(np.sqrt(np.mean(est.per_sample_std**2))),
         "nll_wall_time_s": t_nll,
     }
+    se = report_lib.se_fields(est)
+    rep.update(se_method=se["se_method"], exact=se["exact"], min_samples=se["min_samples"],
+               few_samples_per_item=se["few_samples"])
     gen = task.generate(den, sample_key)
     rep.update(samples=gen.get("samples", []), sampler=gen.get("sampler"), sample_steps=gen.get("sample_steps", 0))
     extras, plots = task.eval_extras(est, x, gen, workdir)

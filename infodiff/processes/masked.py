@@ -424,11 +424,7 @@ class MaskedProcess:
         del target_RxL  # the mask is inside the target already
         V = self.vocab_size
         z = corrupt(x_RxL, noise.mask, V)
-        logprobs = apply_fn(params, z, noise.t)
-        if logprobs.shape != (x_RxL.shape[0], x_RxL.shape[1], V):
-            raise ValueError(
-                f"the denoiser returned shape {logprobs.shape}, expected {(x_RxL.shape[0], x_RxL.shape[1], V)} "
-                f"(vocab_size={V} does not match the denoiser?)")
+        logprobs = _check_logprobs(apply_fn(params, z, noise.t), x_RxL, V)
         ce = masked_cross_entropy(logprobs, x_RxL, noise.mask)
         return jnp.where(noise.mask.any(-1), noise.weight * ce, 0.0)
 
@@ -599,10 +595,20 @@ def stratum_masks(target_BxL, m: int) -> np.ndarray:
     return out
 
 
+def _check_logprobs(logprobs, x_RxL, V: int):
+    """The denoiser's output must be [R, L, V]; ValueError naming both shapes otherwise."""
+    if logprobs.shape != (x_RxL.shape[0], x_RxL.shape[1], V):
+        raise ValueError(
+            f"the denoiser returned shape {logprobs.shape}, expected {(x_RxL.shape[0], x_RxL.shape[1], V)} "
+            f"(vocab_size={V} does not match the denoiser?)")
+    return logprobs
+
+
 @functools.partial(jax.jit, static_argnames=("apply_fn", "vocab_size"))
 def _masked_ce(apply_fn, params, x_RxL, mask_RxL, t_R, vocab_size):
     z = corrupt(x_RxL, mask_RxL, vocab_size)
-    return masked_cross_entropy(apply_fn(params, z, t_R), x_RxL, mask_RxL)
+    logprobs = _check_logprobs(apply_fn(params, z, t_R), x_RxL, vocab_size)
+    return masked_cross_entropy(logprobs, x_RxL, mask_RxL)
 
 
 def enumerated_strata(apply_fn, params, x_BxL, target_BxL, strata, spec: MaskSpec,
