@@ -57,4 +57,6 @@ def main(argv):
 if __name__ == "__main__":
     logging.set_verbosity(logging.WARNING)
     sys.argv = _default_config_from_workdir(sys.argv)
-    app.run(main)
+    from infodiff import cli
+
+    app.run(cli.exit_on_user_error(main))

@@ -57,4 +57,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from infodiff import cli
+
+    app.run(cli.exit_on_user_error(main))
