@@ -178,7 +178,7 @@ def test_bit_flip_resume_uses_previous_and_matches_uninterrupted(wd, corpus, ref
     assert (kept / rel).exists() and steps_in(wd) == [5, 10, 15, 20]
 
 
-def test_unsealed_checkpoint_is_still_verified(wd, corpus, reference):
+def test_unsealed_checkpoint_is_still_verified(wd):
     """Killed before the file checksums were written: the state and metadata checksums in the
     checkpoint still catch a flipped bit."""
     d = wd / "checkpoints" / "15"
@@ -193,7 +193,7 @@ def test_unsealed_checkpoint_is_still_verified(wd, corpus, reference):
     flip_bit(data_file(d))
     with pytest.raises(training.CheckpointError, match=r"step 15: its state .*(does not match the checksum|cannot be read)"):
         training.load_checkpoint(wd, task(), step=15)
-    resume_matches(wd, corpus, reference)
+    assert training.load_checkpoint(wd, task())[1]["step"] == 10
 
 
 def test_truncated_file_resumes_from_previous(wd, corpus, reference):
