@@ -55,8 +55,8 @@ def exit_on_user_error(main: Callable) -> Callable:
                 raise
             sys.stdout.flush()
             print(one_line(e), file=sys.stderr, flush=True)
-            # A failed restore leaves orbax / TensorStore coroutines that complain ("Event loop is
-            # closed") when collected at exit: the one line above is the whole report.
+            # A failed restore / save leaves orbax / TensorStore coroutines that complain ("Event
+            # loop is closed") when collected at exit: the one line above is the whole report.
             sys.unraisablehook = _quiet_unraisable
             sys.exit(EXIT_ERROR)
 

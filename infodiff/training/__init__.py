@@ -41,7 +41,7 @@ from infodiff.training.checkpoint import (
     state_digest,
     truncate_metrics,
 )
-from infodiff.training.logs import log, quiet_library_logs
+from infodiff.training.logs import log, quiet_library_logs, quiet_orbax_leftovers
 from infodiff.training.loop import make_eval_step, make_train_step, train
 from infodiff.training.state import (
     TrainState,
@@ -89,6 +89,7 @@ __all__ = [
     "newest_verified",
     "quarantine",
     "quiet_library_logs",
+    "quiet_orbax_leftovers",
     "restore_checkpoint",
     "save_checkpoint",
     "saved_config",

@@ -32,7 +32,6 @@ import gc
 import hashlib
 import json
 import os
-import sys
 from typing import Any, Callable, Mapping
 
 import jax
@@ -44,7 +43,7 @@ from jax.sharding import Mesh
 
 from infodiff.training import state as state_lib
 from infodiff.training import workdir as workdir_lib
-from infodiff.training.logs import log
+from infodiff.training.logs import log, quiet_orbax_leftovers
 
 __all__ = [
     "CKPT_DIR",
@@ -265,25 +264,9 @@ def _verify_files(step_dir: str, step: int) -> None:
                                   "written at save (corrupted or truncated)", step, p)
 
 
-def _is_orbax_leftover(unraisable) -> bool:
-    exc, obj = unraisable.exc_value, unraisable.object
-    name = getattr(obj, "__qualname__", "") or getattr(getattr(obj, "cr_code", None), "co_name", "")
-    return ((isinstance(exc, RuntimeError) and "Event loop is closed" in str(exc))
-            or "Encountered error while reading" in str(exc) or "_read_array" in str(name))
-
-
 def _quiet_failed_read() -> None:
-    """After a failed orbax read: its un-awaited TensorStore coroutines print a traceback each
-    when collected (tens of screens for a truncated file, after the one-line CheckpointError was
-    already reported). Filter exactly those from ``sys.unraisablehook`` and collect them now."""
-    hook = sys.unraisablehook
-    if not getattr(hook, "_infodiff_filter", False):
-        def filtered(unraisable, _next=hook):
-            if not _is_orbax_leftover(unraisable):
-                _next(unraisable)
-
-        filtered._infodiff_filter = True
-        sys.unraisablehook = filtered
+    """After a failed orbax read: filter its leftovers' tracebacks and collect them now."""
+    quiet_orbax_leftovers()
     gc.collect()
 
 
