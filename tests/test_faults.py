@@ -327,6 +327,33 @@ def test_disk_full_during_a_checkpoint_save(wd, corpus, reference, monkeypatch):
     resume_matches(wd, corpus, reference)
 
 
+def _mount_tmpfs(path: Path, size: str) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                              capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def test_real_disk_full_on_a_small_tmpfs(tmp_path, corpus, reference):
+    """The real thing where the machine allows mounting (root): TensorStore's own ENOSPC."""
+    mnt = tmp_path / "small"
+    if not _mount_tmpfs(mnt, "900k"):  # two tiny checkpoints fit, the third does not
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        wd = mnt / "wd"
+        with pytest.raises(training.StorageError, match=r"\[Errno 28\] No space left on device \(ENOSPC\)") as e:
+            train_run(fault_config(), wd, corpus)
+        assert str(wd / "checkpoints") in str(e.value) and "\n" not in str(e.value)
+        assert steps_in(wd) == [5, 10]
+        assert not [p for p in (wd / "checkpoints").iterdir() if workdir_lib.TMP_MARKER in p.name]
+        subprocess.run(["mount", "-o", "remount,size=16m", str(mnt)], check=True, timeout=10)
+        resume_matches(wd, corpus, reference)
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=10)
+
+
 def _refuse_writes(monkeypatch, under: Path, code: int):
     """Writes (open for writing, os.open with write flags, mkstemp) under `under` fail with `code`."""
     import builtins

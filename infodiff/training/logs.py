@@ -43,6 +43,20 @@ class _QuietLibraries(logging_std.Filter):
         return True
 
 
+class _OrbaxAsyncioLeftovers(logging_std.Filter):
+    """Drop asyncio's "Task exception was never retrieved" for orbax tasks of a failed save or
+    read (the failure itself is reported, once, by infodiff)."""
+
+    def filter(self, record: logging_std.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        tb = getattr(exc, "__traceback__", None)
+        while tb is not None:
+            if "/orbax/" in tb.tb_frame.f_code.co_filename.replace(os.sep, "/"):
+                return False
+            tb = tb.tb_next
+        return True
+
+
 def _is_orbax_leftover(unraisable) -> bool:
     exc, obj = unraisable.exc_value, unraisable.object
     name = getattr(obj, "__qualname__", "") or getattr(getattr(obj, "cr_code", None), "co_name", "")
@@ -73,5 +87,6 @@ def quiet_library_logs() -> None:
     or save are dropped (:func:`quiet_orbax_leftovers`)."""
     quiet_orbax_leftovers()
     logging_std.getLogger("absl").addFilter(_QuietLibraries())
+    logging_std.getLogger("asyncio").addFilter(_OrbaxAsyncioLeftovers())
     for name in ("jax", "orbax", "flax", "etils"):  # libraries that use std logging
         logging_std.getLogger(name).setLevel(logging_std.WARNING)
