@@ -27,7 +27,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import orbax.checkpoint as ocp
 import tqdm
 from absl import logging
 from jax.sharding import Mesh, NamedSharding
