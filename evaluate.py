@@ -9,8 +9,11 @@
   python evaluate.py --workdir runs/pois_digits                       # Poisson: nats / example, bits / dim
   python evaluate.py --config configs/oracle_poisson.py --config.data.distribution=zipf
 
-Writes report.json (schema in docs/report.md) and report.txt into the workdir (or
-config.eval.output_dir in oracle mode) and prints the table.
+Prints the table, then writes report.json (schema in docs/report.md) and report.txt into the
+workdir (or config.eval.output_dir in oracle mode), atomically. The newest checkpoint that passes
+verification is evaluated (a corrupted newer one is named in a warning and skipped). Errors
+(including a read-only or full output directory, after the table is printed) are one line on
+stderr and exit status 1.
 """
 
 import os
@@ -46,7 +49,9 @@ def main(argv):
     del argv
     if FLAGS.config is None:
         raise app.UsageError("give --workdir (a training run) or --config (e.g. configs/oracle_markov.py)")
-    from infodiff import evaluation  # one path for every process and mode (imports jax)
+    from infodiff import evaluation, training  # one path for every process and mode (imports jax)
+
+    training.quiet_library_logs()
 
     report, out_dir = evaluation.evaluate(FLAGS.config, FLAGS.workdir)
     print(evaluation.format_report(report))  # printed first: a failed write loses nothing
@@ -57,4 +62,6 @@ def main(argv):
 if __name__ == "__main__":
     logging.set_verbosity(logging.WARNING)
     sys.argv = _default_config_from_workdir(sys.argv)
-    app.run(main)
+    from infodiff import cli
+
+    app.run(cli.exit_on_user_error(main))

@@ -35,4 +35,6 @@ def main(argv):
 
 if __name__ == "__main__":
     logging.set_verbosity(logging.INFO)
-    app.run(main)
+    from infodiff import cli
+
+    app.run(cli.exit_on_user_error(main))

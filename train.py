@@ -12,6 +12,12 @@ The config is locked: overriding a key that does not exist (a typo) is an error.
 the same --workdir resumes from its latest checkpoint (only train.num_steps and the log / eval /
 checkpoint cadence may change). SIGINT / SIGTERM save a checkpoint and exit with status
 128 + signal number, so a scheduler sees the job as interrupted and can requeue it.
+
+One writer per workdir (``W/train.lock``; a second train.py is refused, naming the holder).
+Checkpoints are verified on resume: a corrupted one is named, moved to ``W/checkpoints.corrupt/``
+and the newest good one resumed. User errors (a bad value, a config that does not fit, no
+verified checkpoint, a locked, full or read-only workdir) print one line on stderr and exit
+with status 1 (``INFODIFF_TRACEBACK=1`` for the traceback).
 """
 
 import json
@@ -57,4 +63,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from infodiff import cli
+
+    app.run(cli.exit_on_user_error(main))

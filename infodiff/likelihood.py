@@ -39,6 +39,7 @@ from infodiff import schedules as schedules_lib
 from infodiff.processes import masked
 from infodiff.processes import poisson
 from infodiff.processes import score_entropy as se
+from infodiff import validation
 from infodiff.validation import validate_tokens
 
 __all__ = ["Estimate", "estimate", "nll", "conditional_nll", "paired_conditional_nll", "log_ratio",
@@ -403,7 +404,7 @@ def default_num_samples(process, target_BxL) -> int:
 
 def nll(denoiser, x_BxL, key, *, process=None, estimator: str | None = None, num_samples: int | None = None,
         batch_size: int = 1024, target_BxL=None, schedule=None, vocab_size: int | None = None,
-        progress: bool = False) -> Estimate:
+        progress: bool = False, check_normalised: bool = True) -> Estimate:
     """Estimate -log p(x) (or -log p(x[target] | x[rest])) per sequence, in nats.
 
     Args:
@@ -411,7 +412,8 @@ def nll(denoiser, x_BxL, key, *, process=None, estimator: str | None = None, num
         process (masked: (z_BxL int32, t_B float32) -> logprobs_BxLxV, normalised over V).
       x_BxL: the data: int [B, L] tokens in [0, V) (masked, SEDD) or float [B, D] scaled counts
         (Poisson).
-      key: PRNG key; results are a pure function of it (and of batch_size, which groups draws).
+      key: PRNG key, or an integer seed (``jax.random.key(seed)``); results are a pure function
+        of it (and of batch_size, which groups draws).
       process: a Process (:mod:`infodiff.processes.base`); default the masked process of
         ``estimator`` ('t_dce' | 'lambda_dce' | 'k_dce' | 'time_free' | 'stratified' | 'neyman'
         (default: the lowest variance per pass, docs/discrete_diffusion.md §6.9)) with
@@ -424,27 +426,37 @@ def nll(denoiser, x_BxL, key, *, process=None, estimator: str | None = None, num
       target_BxL: optional bool [B, L]: positions whose likelihood is estimated; the others are
         context and never noised. Default: all positions.
       progress: show a progress bar with ETA (tqdm) on stderr.
+      check_normalised: masked process: check on the first rows that the denoiser returns
+        normalised log-probabilities (:func:`validation.check_normalised`, one extra call);
+        False skips it (e.g. for a deliberately unnormalised model).
     Returns: Estimate (samples float64 [B, S], exact terms, forward passes).
     Raises: TypeError/ValueError for bad data (non-integer, wrongly shaped or out-of-vocabulary
-      tokens; counts off the lattice), a target of the wrong shape, num_samples < 2;
+      tokens; counts off the lattice; an empty batch; a length other than the denoiser's
+      ``seq_len``), a key that is neither a key nor an integer, an unnormalised masked denoiser,
+      a target of the wrong shape, num_samples < 2;
       NotImplementedError for a target the process cannot condition on; FloatingPointError if
       the denoiser gives a non-finite value.
     Source: arXiv 2510.24088 Eqs. 13, 15-17; docs/discrete_diffusion.md §6, docs/poisson.md §3.
     """
+    key = validation.as_key(key)
+    validation.check_batch(x_BxL)
     process = _resolve_process(denoiser, process, estimator, schedule, vocab_size)
     x = process.validate(x_BxL)
+    validation.check_seq_len(x, denoiser)
     target = _target(target_BxL, x.shape)
     if num_samples is None:
         num_samples = default_num_samples(process, target)
     _check_common(num_samples, batch_size)
     process.check_target(target)
+    apply_fn, params = denoisers.split(denoiser)
+    if check_normalised and isinstance(process, masked.MaskedProcess):
+        validation.check_normalised(apply_fn, params, x, target, process.vocab_size)
     inf_var = _warn_infinite(process)
     process, S, pilot_passes = _planned(process, denoiser, x, target, key, int(num_samples), int(batch_size))
     if process.passes_per_sample(target) == 0:  # every term exact (e.g. all mask subsets enumerated)
         vals, S = np.zeros((1, x.shape[0], 0)), 0
     else:
         vals = estimate(process, denoiser, x[None], target, key, S, int(batch_size), progress=progress)
-    apply_fn, params = denoisers.split(denoiser)
     exact = process.exact_terms(apply_fn, params, x, target, int(batch_size))
     passes = S * process.passes_per_sample(target) + getattr(process, "extra_passes", lambda: 0)() + pilot_passes
     return Estimate(process.estimator, vals[0], forward_passes=passes, infinite_variance=inf_var,
@@ -523,6 +535,8 @@ def paired_conditional_nll(denoiser, prompt_BxP, response_BxR, alt_response_BxR,
     y and y' must have the same length R (the noise is shared position by position); pad both
     to a common length yourself if your data differ. Raises ValueError naming both shapes.
     """
+    key = validation.as_key(key)
+    validation.check_batch(prompt_BxP, "prompt")
     V = _vocab(denoiser, process, vocab_size)
     ya = np.asarray(response_BxR)
     yb = np.asarray(alt_response_BxR)
@@ -685,6 +699,8 @@ def poisson_nll(denoiser, x_BxD, key, num_samples: int = 100, sampler: str = "lo
       guard without scaling or alpha_guard; FloatingPointError if the denoiser produced a
       non-finite loss (e.g. xhat <= 0 where x > 0).
     """
+    key = validation.as_key(key)
+    validation.check_batch(x_BxD)
     if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 2:
         raise ValueError(f"num_samples = {num_samples!r} must be an integer >= 2")
     if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:

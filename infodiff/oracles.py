@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from infodiff.validation import validate_tokens
+from infodiff.validation import MAX_TABLE_BYTES, check_memory, validate_tokens
 
 __all__ = [
     "TabularOracle",
@@ -53,6 +53,7 @@ __all__ = [
     "load_oracle",
     "random_tabular",
     "random_markov",
+    "markov_oracle_bytes",
     "LOG_ZERO",
     "SEDD_GRAPHS",
 ]
@@ -516,9 +517,14 @@ class MarkovOracle(_Oracle):
       seq_len: optional default length (for sampling and checks).
     The initial context is drawn from the stationary law of the context chain (computed by
     power iteration in float64), so every window of the chain has the same law.
+    max_bytes: refuse (ValueError naming the size) a chain whose tables would need more memory
+      (:func:`markov_oracle_bytes`); None disables the check.
     """
 
-    def __init__(self, trans_SxV, alphabet: str, seq_len: int | None = None):
+    variable_length = True  # any sequence length (seq_len is only a default)
+
+    def __init__(self, trans_SxV, alphabet: str, seq_len: int | None = None,
+                 max_bytes: int | None = MAX_TABLE_BYTES):
         self.alphabet = _check_alphabet(alphabet)
         V = self.vocab_size = len(alphabet)
         P = np.asarray(trans_SxV, np.float64)
@@ -526,6 +532,8 @@ class MarkovOracle(_Oracle):
         k = round(math.log(S, V)) if S > 1 else 0
         if P.ndim != 2 or P.shape[1] != V or V**k != S or k < 1:
             raise ValueError(f"transition table must have shape [V^k, V] with k >= 1; got {P.shape}, V={V}")
+        check_memory(markov_oracle_bytes(V, k), f"a {V}-symbol order-{k} Markov oracle", max_bytes,
+                     "use a smaller alphabet or order")
         if not np.all(np.isfinite(P)) or (P < 0).any():
             raise ValueError("transition probabilities must be finite and >= 0")
         rows = P.sum(1)
@@ -843,15 +851,32 @@ def load_oracle(kind: str, path, alphabet: str | None = None, seq_len: int | Non
     raise ValueError(f"unknown oracle kind {kind!r}; expected 'tabular' or 'markov'")
 
 
+def markov_oracle_bytes(vocab_size: int, order: int) -> int:
+    """Bytes a ``vocab_size``-symbol order-``order`` :class:`MarkovOracle` needs, about: the
+    V^k x V transition table and its copies (float64 and float32), and the dense V^k x V^k
+    system of its stationary law (three float64 copies in the solve)."""
+    S = int(vocab_size) ** int(order)
+    return 8 * (5 * S * int(vocab_size) + 3 * (S + 1) * S)
+
+
 def random_tabular(
-    rng: np.random.Generator, alphabet: str, seq_len: int, num_seqs: int, temperature: float = 0.5
+    rng: np.random.Generator, alphabet: str, seq_len: int, num_seqs: int, temperature: float = 0.5,
+    max_bytes: int | None = MAX_TABLE_BYTES,
 ) -> TabularOracle:
     """num_seqs distinct random sequences with probabilities softmax(u / temperature), u ~ U[0,1).
 
     The I-MDCE paper's DNA-128 toy (arXiv 2510.24088 §5.1) is alphabet 'ACGT', seq_len 8,
-    num_seqs 128, temperature 0.5.
+    num_seqs 128, temperature 0.5. Raises ValueError for an empty or repeating alphabet,
+    seq_len or num_seqs < 1, or more memory than ``max_bytes`` (drawing distinct sequences
+    permutes all V^L of them).
     """
+    _check_alphabet(alphabet)
+    for name, v in (("seq_len", seq_len), ("num_seqs", num_seqs)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"random_tabular: {name} must be an integer >= 1; got {v!r}")
     V = len(alphabet)
+    check_memory(8 * V**seq_len, f"drawing {num_seqs} distinct sequences from {V}^{seq_len}", max_bytes,
+                 "use a smaller alphabet or seq_len")
     if num_seqs > V**seq_len:
         raise ValueError(f"cannot draw {num_seqs} distinct sequences from {V}^{seq_len}")
     idx = rng.choice(V**seq_len, size=num_seqs, replace=False)
@@ -863,11 +888,24 @@ def random_tabular(
 
 def random_markov(
     rng: np.random.Generator, alphabet: str, order: int, temperature: float = 0.5,
-    seq_len: int | None = None,
+    seq_len: int | None = None, max_bytes: int | None = MAX_TABLE_BYTES,
 ) -> MarkovOracle:
     """Random k-th order chain: each context's row is softmax(u / temperature), u ~ U[0,1)^V
-    (the procedure the I-MDCE paper states for its 4th-order toy)."""
+    (the procedure the I-MDCE paper states for its 4th-order toy).
+
+    Raises ValueError, before allocating anything, for an empty or repeating alphabet, fewer
+    than 2 symbols, an order that is not an integer >= 1, a temperature <= 0, or a chain needing
+    more memory than ``max_bytes`` (:func:`markov_oracle_bytes`; e.g. 62 symbols at order 4)."""
+    _check_alphabet(alphabet)
     V = len(alphabet)
+    if V < 2:
+        raise ValueError(f"random_markov: alphabet {alphabet!r} has {V} symbol; a Markov chain needs at least 2")
+    if isinstance(order, bool) or not isinstance(order, (int, np.integer)) or order < 1:
+        raise ValueError(f"random_markov: order must be an integer >= 1; got {order!r}")
+    if not float(temperature) > 0:
+        raise ValueError(f"random_markov: temperature must be > 0; got {temperature!r}")
+    check_memory(markov_oracle_bytes(V, int(order)), f"a {V}-symbol order-{int(order)} Markov oracle", max_bytes,
+                 "use a smaller alphabet or order")
     u = rng.random((V**order, V)) / temperature
     P = np.exp(u - u.max(1, keepdims=True))
-    return MarkovOracle(P / P.sum(1, keepdims=True), alphabet, seq_len=seq_len)
+    return MarkovOracle(P / P.sum(1, keepdims=True), alphabet, seq_len=seq_len, max_bytes=max_bytes)

@@ -412,15 +412,20 @@ def test_config_differences_new_keys():
     assert training.config_differences(saved, {"model": {"width": 64}}, ignore_new_keys=True) == ["model.width"]
 
 
-def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
+def test_corrupt_checkpoint_is_skipped_and_named(tmp_path):
     c = tiny_config(**{"train.num_steps": 4, "train.ckpt_every": 2})
     train_run(c, tmp_path)
     (tmp_path / "checkpoints" / "4" / "meta" / "metadata").write_bytes(b"\xff\xfe garbage")
-    # every restore path (evaluation, metadata only, resuming) reports the same clear error
-    for read in (lambda: load(tmp_path, c), lambda: training.load_meta(tmp_path),
-                 lambda: train_run(c, tmp_path)):
-        with pytest.raises(training.CheckpointError, match=r"step 4 .* older checkpoints: \[2\]"):
+    # asked for by step: one clear error naming the step and the file
+    for read in (lambda: training.load_checkpoint(tmp_path, tasks.make_task(c), step=4),
+                 lambda: training.load_meta(tmp_path, step=4)):
+        with pytest.raises(training.CheckpointError, match=r"checkpoint step 4: .*checkpoints/4/"):
             read()
+    # by default every restore path (evaluation, metadata only, resuming) skips it for step 2
+    assert load(tmp_path, c)[1]["step"] == 2 and training.load_meta(tmp_path)["step"] == 2
+    assert train_run(c, tmp_path)["step"] == 4  # resumed from 2; the bad 4 is kept aside
+    assert (tmp_path / training.CORRUPT_DIR / "4" / "meta" / "metadata").read_bytes() == b"\xff\xfe garbage"
+    assert load(tmp_path, c)[1]["step"] == 4
     with pytest.raises(FileNotFoundError, match="no checkpoints"):
         training.load_meta(tmp_path / "nothing")
 

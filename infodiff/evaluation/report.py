@@ -2,7 +2,8 @@
 
 Schema (``version`` 2, documented in docs/report.md): every report has ``version``, ``kind``
 ('network' | 'oracle'), ``process`` ({'name', ...settings}), ``units``, ``seed``,
-``wall_time_s``, ``env``, ``argv``, ``config``. A network report adds ``estimator``,
+``wall_time_s``, ``env``, ``argv`` (the command line), ``git`` (``{"revision", "dirty"}`` of
+the checkout infodiff was imported from, or None outside a git checkout), ``config``. A network report adds ``estimator``,
 ``infinite_variance``, ``data``, ``nll``, ``nll_stderr``, ``stderr_kind``, ``stderr_mc``,
 ``stderr_data_and_mc``, ``bits``, ``bits_stderr``, ``terms``, ``num_samples_per_item``,
 ``forward_passes``, ``per_sample_std``, ``samples``, ``extras``, ``se_method``, ``exact``,
@@ -16,17 +17,21 @@ import json
 import math
 import os
 import platform
+import subprocess
 import sys
 import time
 
 import numpy as np
 
-__all__ = ["REPORT_VERSION", "COMMON_KEYS", "NETWORK_KEYS", "ORACLE_KEYS", "ROW_KEYS", "TERMS", "env", "oracle_row", "format_report", "table", "strict_json",
-           "write_report"]
+from infodiff.training import workdir as workdir_lib
+
+__all__ = ["REPORT_VERSION", "COMMON_KEYS", "NETWORK_KEYS", "ORACLE_KEYS", "ROW_KEYS", "TERMS", "env", "git_info",
+           "oracle_row", "format_report", "table", "strict_json", "write_report"]
 
 REPORT_VERSION = 2
 # The schema (docs/report.md): keys of every report, of each kind, and of an oracle row.
-COMMON_KEYS = ("version", "kind", "process", "units", "seed", "wall_time_s", "env", "argv", "config", "plots")
+COMMON_KEYS = ("version", "kind", "process", "units", "seed", "wall_time_s", "env", "argv", "git", "config",
+               "plots")
 NETWORK_KEYS = ("workdir", "checkpoint_step", "params", "data", "estimator", "infinite_variance",
                 "num_samples_per_item", "forward_passes", "nll", "nll_stderr", "stderr_kind", "stderr_mc",
                 "stderr_data_and_mc", "bits", "bits_stderr", "terms", "per_sample_std", "samples",
@@ -48,10 +53,25 @@ def env() -> dict:
             "python": platform.python_version(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
+def git_info(path: str | None = None) -> dict | None:
+    """``{"revision": commit sha, "dirty": uncommitted changes to tracked files}`` of the git
+    checkout holding ``path`` (default: this package), or None (not a checkout, or no git)."""
+    cwd = path or os.path.dirname(os.path.abspath(__file__))
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
+        if rev.returncode != 0:
+            return None
+        st = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                            capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"revision": rev.stdout.strip(), "dirty": bool(st.stdout.strip()) if st.returncode == 0 else None}
+
+
 def common(config, seed: int, t0: float) -> dict:
-    """The keys every report ends with."""
+    """The keys every report ends with (``argv``: the command line; ``git``: :func:`git_info`)."""
     return {"seed": int(seed), "wall_time_s": time.time() - t0, "env": env(), "argv": list(sys.argv),
-            "config": json.loads(config.to_json_best_effort())}
+            "git": git_info(), "config": json.loads(config.to_json_best_effort())}
 
 
 def se_fields(est) -> dict:
@@ -198,15 +218,18 @@ def strict_json(obj):
 
 def write_report(report: dict, out_dir: str) -> tuple[str, str]:
     """Write report.json (strict JSON: undefined numbers are null) and report.txt into out_dir,
-    each atomically (temporary file + rename); return their paths."""
+    each atomically (temporary file, fsync, rename: a failure leaves the previous files intact
+    and no temporary file); return their paths.
+
+    Raises StorageError (one line naming the path and the errno) if out_dir is full, read-only or
+    not writable: print the report first (evaluate.py does), so that nothing is lost."""
     text = format_report(report)
-    os.makedirs(out_dir, exist_ok=True)
+    with workdir_lib.storage_guard(out_dir, "create"):
+        os.makedirs(out_dir, exist_ok=True)
     paths = []
     for name, content in (("report.json", json.dumps(strict_json(report), indent=2, allow_nan=False)),
                           ("report.txt", text + "\n")):
         path = os.path.join(out_dir, name)
-        with open(path + ".tmp", "w") as f:
-            f.write(content)
-        os.replace(path + ".tmp", path)
+        workdir_lib.atomic_write_text(path, content)
         paths.append(path)
     return paths[0], paths[1]

@@ -2,8 +2,11 @@
 
 * :mod:`~infodiff.training.state`: :class:`TrainState`, optimizer and learning-rate schedule,
   EMA decay, the data-parallel mesh, state initialisation.
-* :mod:`~infodiff.training.checkpoint`: orbax checkpoints (every restore goes through
-  :func:`restore_checkpoint`), config comparison on resume, ``metrics.jsonl``.
+* :mod:`~infodiff.training.checkpoint`: orbax checkpoints with checksums (every restore goes
+  through :func:`restore_checkpoint`, which verifies them), config comparison on resume,
+  ``metrics.jsonl``.
+* :mod:`~infodiff.training.workdir`: the workdir lock (one writer), storage faults as one-line
+  :class:`StorageError`, atomic writes.
 * :mod:`~infodiff.training.loop`: the jitted train / eval steps and :func:`train`.
 * :mod:`~infodiff.training.logs`: log lines that do not break the tqdm bar.
 
@@ -17,6 +20,7 @@ Typical use::
 
 from infodiff.training.checkpoint import (
     CKPT_DIR,
+    CORRUPT_DIR,
     RESUMABLE_KEYS,
     RESUMABLE_PREFIXES,
     CheckpointError,
@@ -28,12 +32,16 @@ from infodiff.training.checkpoint import (
     config_json_dict,
     load_checkpoint,
     load_meta,
+    newest_verified,
+    quarantine,
     restore_checkpoint,
     save_checkpoint,
     saved_config,
+    seal_checkpoints,
+    state_digest,
     truncate_metrics,
 )
-from infodiff.training.logs import log, quiet_library_logs
+from infodiff.training.logs import log, quiet_library_logs, quiet_orbax_leftovers
 from infodiff.training.loop import make_eval_step, make_train_step, train
 from infodiff.training.state import (
     TrainState,
@@ -47,14 +55,19 @@ from infodiff.training.state import (
     make_optimizer,
     step_key,
 )
+from infodiff.training.workdir import StorageError, WorkdirLock, WorkdirLockedError
 
 __all__ = [
     "CKPT_DIR",
+    "CORRUPT_DIR",
     "RESUMABLE_KEYS",
     "RESUMABLE_PREFIXES",
     "CheckpointError",
     "ConfigMismatchError",
+    "StorageError",
     "TrainState",
+    "WorkdirLock",
+    "WorkdirLockedError",
     "abstract_train_state",
     "append_jsonl",
     "check_batch_divisible",
@@ -73,10 +86,15 @@ __all__ = [
     "make_mesh",
     "make_optimizer",
     "make_train_step",
+    "newest_verified",
+    "quarantine",
     "quiet_library_logs",
+    "quiet_orbax_leftovers",
     "restore_checkpoint",
     "save_checkpoint",
     "saved_config",
+    "seal_checkpoints",
+    "state_digest",
     "step_key",
     "train",
     "truncate_metrics",

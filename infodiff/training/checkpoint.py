@@ -4,34 +4,59 @@ Workdir layout::
 
     <workdir>/config.json          the config of the latest (re)start
     <workdir>/metrics.jsonl        one JSON object per log / eval event
+    <workdir>/train.lock           held by the one writing process (:mod:`.workdir`)
     <workdir>/checkpoints/<step>/  orbax: 'state' (TrainState), 'meta' (JSON: step, seed,
-                                   data_position, config, data checksums, task extras)
+                                   data_position, config, data checksums, task extras,
+                                   state_sha256, meta_sha256), and infodiff_sha256.json
+    <workdir>/checkpoints.corrupt/ checkpoints that failed verification on resume (kept)
+
+Verification. Every checkpoint carries checksums written at save: ``meta.state_sha256``, the
+SHA-256 of the state's arrays (:func:`state_digest`, computed from the arrays being saved, so
+it is in the checkpoint from the moment orbax commits it), and ``meta.meta_sha256`` of the rest
+of the metadata. Once the asynchronous save has finished, ``infodiff_sha256.json`` records the
+SHA-256 of every file of the step directory (orbax has no checksums of its own). Restoring
+checks all three; a checkpoint that fails is named and skipped, and the newest one that passes
+is used (:func:`newest_verified`); nothing is deleted automatically (a writer moves failing
+checkpoints newer than the one it resumes from into ``checkpoints.corrupt/``, so that its own
+saves and ``keep_checkpoints`` never touch them).
 
 Every read of a checkpoint goes through :func:`restore_checkpoint` (resume, evaluation,
-experiments), so an unreadable checkpoint is always the same clear :class:`CheckpointError`.
+experiments, the Poisson evaluator), so a bad checkpoint is always the same one-line
+:class:`CheckpointError` naming the file and the step, and a config that does not fit the
+checkpoint is a :class:`ConfigMismatchError` saying so.
 """
 
 from __future__ import annotations
 
+import gc
+import hashlib
 import json
 import os
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import jax
 import ml_collections
+import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 from jax.sharding import Mesh
 
 from infodiff.training import state as state_lib
-from infodiff.training.logs import log
+from infodiff.training import workdir as workdir_lib
+from infodiff.training.logs import log, quiet_orbax_leftovers
 
 __all__ = [
     "CKPT_DIR",
     "RESUMABLE_KEYS",
     "RESUMABLE_PREFIXES",
+    "CORRUPT_DIR",
+    "MANIFEST",
     "CheckpointError",
     "ConfigMismatchError",
+    "state_digest",
+    "seal_checkpoints",
+    "newest_verified",
+    "quarantine",
     "config_json_dict",
     "config_differences",
     "check_resumable",
@@ -46,6 +71,8 @@ __all__ = [
 ]
 
 CKPT_DIR = "checkpoints"
+CORRUPT_DIR = "checkpoints.corrupt"
+MANIFEST = "infodiff_sha256.json"
 _ITEMS = ("state", "meta")
 
 # Config keys that may differ between a checkpoint and the config that resumes it: they change
@@ -72,14 +99,19 @@ class ConfigMismatchError(ValueError):
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint exists but cannot be read (truncated or corrupted files)."""
+    """A checkpoint exists but fails verification or cannot be read (corrupted, truncated or
+    garbled files). One line naming the step and the file; ``step`` and ``path`` attributes."""
 
-    def __init__(self, step, directory, steps, cause):
-        older = sorted(x for x in steps if x < step)
-        hint = (f"; older checkpoints: {older} (delete {os.path.join(directory, str(step))} to fall back "
-                f"to step {older[-1]})" if older else "")
-        super().__init__(f"checkpoint step {step} in {directory} cannot be read "
-                         f"({type(cause).__name__}: {cause}){hint}")
+    def __init__(self, message: str, step: int | None = None, path: str | None = None):
+        super().__init__(message)
+        self.step, self.path = step, path
+
+
+def _one_line(e: BaseException, limit: int = 240) -> str:
+    """``Type: first line of the message`` (TensorStore messages run to many lines)."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    text = text if len(text) <= limit else text[:limit] + "..."
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,51 +187,259 @@ def saved_config(workdir: str) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# Checksums
+# ---------------------------------------------------------------------------------------------
+def state_digest(state: Any) -> str:
+    """SHA-256 (hex) of a pytree of arrays: each leaf's path, dtype, shape and bytes, in tree
+    order. Equal for bit-identical states; any flipped bit changes it."""
+    h = hashlib.sha256()
+    leaves, _ = jax.tree_util.tree_flatten_with_path(jax.device_get(state))
+    for path, leaf in leaves:
+        a = np.ascontiguousarray(np.asarray(leaf))
+        h.update(f"{jax.tree_util.keystr(path)}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _meta_digest(meta: Mapping) -> str:
+    body = {k: v for k, v in meta.items() if k != "meta_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def _file_sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _step_files(step_dir: str) -> list[str]:
+    out = []
+    for root, _, files in os.walk(step_dir):
+        for name in files:
+            rel = os.path.relpath(os.path.join(root, name), step_dir)
+            if rel != MANIFEST:
+                out.append(rel)
+    return sorted(out)
+
+
+def _step_dir(mngr: ocp.CheckpointManager, step: int) -> str:
+    return os.path.join(str(mngr.directory), str(int(step)))
+
+
+def seal_checkpoints(mngr: ocp.CheckpointManager) -> list[int]:
+    """Wait for the manager's pending saves and write ``infodiff_sha256.json`` (SHA-256 of every
+    file) into each step directory this process saved and has not sealed yet. Returns the
+    sealed steps. Raises StorageError if the storage refuses a write."""
+    pending = getattr(mngr, "_infodiff_unsealed", set())
+    with workdir_lib.storage_guard(str(mngr.directory), "save a checkpoint in"):
+        mngr.wait_until_finished()
+    sealed = []
+    for step in sorted(pending):
+        d = _step_dir(mngr, step)
+        if os.path.isdir(d) and not os.path.exists(os.path.join(d, MANIFEST)):
+            files = {rel: _file_sha256(os.path.join(d, rel)) for rel in _step_files(d)}
+            workdir_lib.atomic_write_text(os.path.join(d, MANIFEST), json.dumps(files, indent=1, sort_keys=True))
+            sealed.append(step)
+    pending.clear()
+    return sealed
+
+
+def _verify_files(step_dir: str, step: int) -> None:
+    path = os.path.join(step_dir, MANIFEST)
+    if not os.path.exists(path):
+        return  # not sealed yet (killed right after the save) or older: meta / state digests still apply
+    try:
+        with open(path) as f:
+            files = json.load(f)
+        if not isinstance(files, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"checkpoint step {step}: its checksum file {path} cannot be read "
+                              f"({_one_line(e)})", step, path) from e
+    for rel, digest in sorted(files.items()):
+        p = os.path.join(step_dir, rel)
+        if not os.path.exists(p):
+            raise CheckpointError(f"checkpoint step {step}: file {p} is missing", step, p)
+        if _file_sha256(p) != digest:
+            raise CheckpointError(f"checkpoint step {step}: file {p} does not match the checksum "
+                                  "written at save (corrupted or truncated)", step, p)
+
+
+def _quiet_failed_read() -> None:
+    """After a failed orbax read: filter its leftovers' tracebacks and collect them now."""
+    quiet_orbax_leftovers()
+    gc.collect()
+
+
+# ---------------------------------------------------------------------------------------------
 # Checkpoints
 # ---------------------------------------------------------------------------------------------
 def checkpoint_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
-    """Writable manager of ``<workdir>/checkpoints`` keeping the ``keep`` latest steps (>= 1)."""
-    options = ocp.CheckpointManagerOptions(max_to_keep=max(1, int(keep)), create=True)
-    return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), CKPT_DIR), options=options,
-                                 item_names=_ITEMS)
+    """Writable manager of ``<workdir>/checkpoints`` keeping the ``keep`` latest steps (>= 1).
+
+    Only the holder of the workdir lock may create one: it removes the temporary directories of
+    interrupted saves (orbax ``cleanup_tmp_directories``)."""
+    directory = os.path.join(os.path.abspath(workdir), CKPT_DIR)
+    options = ocp.CheckpointManagerOptions(max_to_keep=max(1, int(keep)), create=True,
+                                           cleanup_tmp_directories=True)
+    with workdir_lib.storage_guard(directory, "create"):
+        mngr = ocp.CheckpointManager(directory, options=options, item_names=_ITEMS)
+    mngr._infodiff_unsealed = set()  # steps saved by this manager whose files are not hashed yet
+    return mngr
 
 
 def save_checkpoint(mngr: ocp.CheckpointManager, state: state_lib.TrainState, meta: dict) -> bool:
-    """Save ``state`` and ``meta`` (plus ``step`` and ``data_position`` = step) at ``state.step``
-    (async). Returns False (nothing saved) if that step or a later one is already saved."""
+    """Save ``state`` and ``meta`` (plus ``step``, ``data_position`` = step, ``state_sha256`` and
+    ``meta_sha256``) at ``state.step`` (async; the previous save is sealed first, see
+    :func:`seal_checkpoints`). Returns False (nothing saved) if that step or a later one is
+    already saved.
+
+    Raises StorageError (one line: the step directory and the errno) if the storage is full or
+    read-only; the temporary directory of the failed save is removed by the caller
+    (:func:`workdir.clean_tmp_checkpoints`) or by the next writer.
+    """
     step = int(jax.device_get(state.step))
+    seal_checkpoints(mngr)
     if mngr.latest_step() is not None and mngr.latest_step() >= step:
         return False
-    meta = dict(meta, step=step, data_position=step)
-    saved = mngr.save(
-        step,
-        args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
-        force=True,
-    )
+    meta = dict(meta, step=step, data_position=step, state_sha256=state_digest(state))
+    meta["meta_sha256"] = _meta_digest(meta)
+    with workdir_lib.storage_guard(_step_dir(mngr, step), "save a checkpoint to"):
+        saved = mngr.save(
+            step,
+            args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
+            force=True,
+        )
     if saved:
+        getattr(mngr, "_infodiff_unsealed", set()).add(step)
         log(logging.info, "checkpoint: saving step %d (async)", step)
     return saved
 
 
+# Config keys that decide the shapes / structure of the train state: compared with the
+# checkpoint's config before its state is read (a read that fails leaves TensorStore noise).
+_STRUCTURE_PREFIXES = ("model.", "process.", "data.seq_len", "data.vocab_size", "data.dim")
+
+
+def _disagreement(meta: Mapping, config_dict: Mapping | None, prefixes: tuple = ()) -> str:
+    if config_dict is None:
+        return ""
+    diff = config_differences(meta.get("config", {}), config_dict, ignore_new_keys=True)
+    if prefixes:
+        diff = [k for k in diff if k.startswith(prefixes)]
+    if not diff:
+        return ""
+    old, new = _flatten(meta.get("config", {})), _flatten(config_dict)
+    return "; ".join(f"{k}: config={new.get(k, '<missing>')!r} checkpoint={old.get(k, '<missing>')!r}"
+                     for k in diff)
+
+
 def restore_checkpoint(mngr: ocp.CheckpointManager, step: int,
-                       abstract_state: state_lib.TrainState | None = None) -> tuple[Any, dict]:
-    """Read checkpoint ``step``: ``(state, meta)``; ``state`` is None if ``abstract_state``
-    (shapes, dtypes, shardings: :func:`state.abstract_train_state`) is not given.
+                       abstract_state: state_lib.TrainState | None = None,
+                       config_dict: Mapping | None = None) -> tuple[Any, dict]:
+    """Read and verify checkpoint ``step``: ``(state, meta)``; ``state`` is None if
+    ``abstract_state`` (shapes, dtypes, shardings: :func:`state.abstract_train_state`) is not
+    given. ``config_dict`` (the JSON dict of the config that built ``abstract_state``) names the
+    keys in which config and checkpoint disagree when the state does not fit.
+
+    Checks, in order: the file checksums (``infodiff_sha256.json``, once sealed), that the
+    metadata parses and matches ``meta_sha256``, that the state restores and matches
+    ``state_sha256`` (checkpoints written before checksums existed skip what they lack).
 
     Raises:
-      CheckpointError: the checkpoint's files cannot be read (names the step and older ones).
+      CheckpointError: one line naming the step and the file or part that failed.
+      ConfigMismatchError: the state does not restore into ``abstract_state`` and ``config_dict``
+        differs from the checkpoint's config (names the keys; the checkpoint itself is fine).
     """
-    items = {"meta": ocp.args.JsonRestore()}
-    if abstract_state is not None:
-        items["state"] = ocp.args.StandardRestore(abstract_state)
+    step = int(step)
+    d = _step_dir(mngr, step)
+    _verify_files(d, step)
+    meta_path = os.path.join(d, "meta")
     try:
-        out = mngr.restore(step, args=ocp.args.Composite(**items))
-    except Exception as e:  # orbax / tensorstore raise plain Exception for corrupt data
-        raise CheckpointError(step, str(mngr.directory), mngr.all_steps(), e) from e
-    return (out.state if abstract_state is not None else None), out.meta
+        meta = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+    except Exception as e:  # orbax raises JSONDecodeError, ValueError, plain Exception, ...
+        _quiet_failed_read()
+        raise CheckpointError(f"checkpoint step {step}: its metadata {meta_path} cannot be read "
+                              f"({_one_line(e)})", step, meta_path) from e
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"checkpoint step {step}: its metadata {meta_path} is not a JSON object",
+                              step, meta_path)
+    if "meta_sha256" in meta and meta["meta_sha256"] != _meta_digest(meta):
+        raise CheckpointError(f"checkpoint step {step}: its metadata {meta_path} does not match the "
+                              "checksum written at save (corrupted)", step, meta_path)
+    if abstract_state is None:
+        return None, meta
+    state_path = os.path.join(d, "state")
+    detail = _disagreement(meta, config_dict, _STRUCTURE_PREFIXES)
+    if detail:
+        raise ConfigMismatchError(
+            f"the config and checkpoint step {step} ({d}) disagree: {detail}. The checkpoint "
+            "is not damaged: use the config it was trained with (evaluate.py --workdir W without "
+            "--config; W/config.json unedited) or a new --workdir")
+    try:
+        state = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state))).state
+    except Exception as e:
+        _quiet_failed_read()
+        detail = _disagreement(meta, config_dict)
+        if detail:
+            raise ConfigMismatchError(
+                f"the config and checkpoint step {step} ({d}) disagree: {detail}. The checkpoint "
+                "is not damaged: use the config it was trained with (evaluate.py --workdir W without "
+                "--config; W/config.json unedited) or a new --workdir") from e
+        raise CheckpointError(f"checkpoint step {step}: its state {state_path} cannot be read into the "
+                              f"model the config builds ({_one_line(e)})", step, state_path) from e
+    if "state_sha256" in meta and state_digest(state) != meta["state_sha256"]:
+        raise CheckpointError(f"checkpoint step {step}: its state {state_path} does not match the "
+                              "checksum written at save (corrupted data file)", step, state_path)
+    return state, meta
 
 
-def _read(workdir: str, step: int | None, abstract_fn) -> tuple[Any, dict]:
+def newest_verified(mngr: ocp.CheckpointManager, abstract_state: Any = None,
+                    config_dict: Mapping | None = None, steps: list[int] | None = None,
+                    check_meta: Callable[[int, dict], None] | None = None
+                    ) -> tuple[int | None, Any, dict | None, list[CheckpointError]]:
+    """The newest checkpoint that passes :func:`restore_checkpoint`: ``(step, state, meta,
+    failures)``, trying ``steps`` (default all) newest first; ``failures`` are the
+    CheckpointErrors of the newer ones (each also logged as a warning). ``(None, None, None,
+    failures)`` if none passes. ``check_meta(step, meta)`` runs before the state is read (e.g.
+    :func:`check_resumable`); its errors, and ConfigMismatchError, propagate."""
+    failures = []
+    for step in sorted(mngr.all_steps() if steps is None else steps, reverse=True):
+        try:
+            _, meta = restore_checkpoint(mngr, step)
+            if check_meta is not None:
+                check_meta(step, meta)
+            state = None
+            if abstract_state is not None:
+                state, meta = restore_checkpoint(mngr, step, abstract_state, config_dict)
+            return step, state, meta, failures
+        except CheckpointError as e:
+            failures.append(e)
+            log(logging.warning, "skipping a bad checkpoint: %s", e)
+    return None, None, None, failures
+
+
+def quarantine(mngr: ocp.CheckpointManager, steps: list[int]) -> list[str]:
+    """Move the step directories ``steps`` out of the manager's directory into
+    ``<workdir>/checkpoints.corrupt/`` (kept for inspection, never deleted) so that new saves and
+    ``keep_checkpoints`` never touch them; returns the new paths."""
+    out = []
+    base = os.path.join(os.path.dirname(str(mngr.directory)), CORRUPT_DIR)
+    for step in steps:
+        src = _step_dir(mngr, step)
+        dst = os.path.join(base, str(step))
+        i = 1
+        while os.path.exists(dst):
+            dst, i = os.path.join(base, f"{step}.{i}"), i + 1
+        with workdir_lib.storage_guard(dst, "move a bad checkpoint to"):
+            os.makedirs(base, exist_ok=True)
+            os.replace(src, dst)
+        out.append(dst)
+    if out:
+        mngr.reload()
+    return out
+
+
+def _read(workdir: str, step: int | None, abstract_fn, config_dict=None) -> tuple[Any, dict]:
     directory = os.path.join(os.path.abspath(os.fspath(workdir)), CKPT_DIR)
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"no checkpoints in {os.fspath(workdir)!r} (expected {directory})")
@@ -212,42 +452,57 @@ def _read(workdir: str, step: int | None, abstract_fn) -> tuple[Any, dict]:
                 f"checkpoint step {step if step is not None else 'latest'} not found in {directory} "
                 f"(available: {sorted(steps)})"
             )
-        step = max(steps) if step is None else int(step)
-        return restore_checkpoint(mngr, step, abstract_fn() if abstract_fn is not None else None)
+        abstract = abstract_fn() if abstract_fn is not None else None
+        if step is not None:
+            return restore_checkpoint(mngr, int(step), abstract, config_dict)
+        found, state, meta, failures = newest_verified(mngr, abstract, config_dict)
+        if found is None:
+            raise CheckpointError(f"no checkpoint in {directory} passes verification: "
+                                  + "; ".join(str(e) for e in failures), failures[0].step, directory)
+        if failures:
+            log(logging.warning, "using checkpoint step %d, the newest that passes verification (%d newer "
+                "skipped, not deleted)", found, len(failures))
+        return state, meta
     finally:
         mngr.close()
 
 
 def load_checkpoint(workdir: str, task: Any, *, step: int | None = None,
                     mesh: Mesh | None = None) -> tuple[state_lib.TrainState, dict]:
-    """Restore ``(state, meta)`` from ``<workdir>/checkpoints``.
+    """Restore ``(state, meta)`` from ``<workdir>/checkpoints``, verified (:func:`restore_checkpoint`).
 
     Args:
       workdir: the training workdir.
       task: the run's task (:func:`infodiff.tasks.make_task` of its config): gives the state's
         structure (``task.init_params``, ``task.config.optim``).
-      step: which checkpoint (default: the latest).
+      step: which checkpoint (default: the newest that passes verification; newer ones that fail
+        are named in a warning and skipped, never deleted).
       mesh: device mesh for the (replicated) state; default all local devices.
 
     Returns:
       state: :class:`TrainState` (``state.ema_params`` are the evaluation parameters).
       meta: dict with ``step``, ``data_position`` (= step), ``seed``, ``config`` (JSON dict),
-        ``data`` (name and split checksums) and the task's extras (e.g. Poisson ``proposal``).
+        ``data`` (name and split checksums), ``state_sha256``, ``meta_sha256`` and the task's
+        extras (e.g. Poisson ``proposal``).
 
     Raises:
       FileNotFoundError: no checkpoint (or not that step) in ``workdir``.
-      CheckpointError: the checkpoint's files cannot be read (names the step and older ones).
+      CheckpointError: ``step`` (or, by default, every checkpoint) fails verification (one line
+        naming the step and the file).
+      ConfigMismatchError: the task's config builds a state that does not fit the checkpoint
+        (names the keys in which they disagree).
     """
     def abstract():
         m = state_lib.make_mesh() if mesh is None else mesh
         return state_lib.abstract_train_state(task.init_params, state_lib.make_optimizer(task.config), m)
 
-    return _read(workdir, step, abstract)
+    return _read(workdir, step, abstract, config_json_dict(task.config))
 
 
 def load_meta(workdir: str, step: int | None = None) -> dict:
-    """The metadata of checkpoint ``step`` (default: the latest) of ``workdir`` (as
-    :func:`load_checkpoint`, without the state; its ``config`` rebuilds the run's task)."""
+    """The metadata of checkpoint ``step`` (default: the newest whose metadata passes
+    verification) of ``workdir`` (as :func:`load_checkpoint`, without the state; its ``config``
+    rebuilds the run's task)."""
     return _read(workdir, step, None)[1]
 
 
@@ -255,9 +510,11 @@ def load_meta(workdir: str, step: int | None = None) -> dict:
 # metrics.jsonl
 # ---------------------------------------------------------------------------------------------
 def append_jsonl(path: str, record: dict) -> None:
-    """Append ``record`` as one JSON line (sorted keys) to ``path``."""
-    with open(path, "a") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
+    """Append ``record`` as one JSON line (sorted keys) to ``path``. Raises StorageError (one
+    line: the path and the errno) if the storage is full or read-only."""
+    with workdir_lib.storage_guard(path):
+        with open(path, "a") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
 
 
 def truncate_metrics(path: str, last_step: int) -> None:
@@ -275,6 +532,4 @@ def truncate_metrics(path: str, last_step: int) -> None:
         except (ValueError, AttributeError):
             continue  # a torn last line from a crash
     if len(keep) != len(lines):
-        with open(path + ".tmp", "w") as f:
-            f.writelines(keep)
-        os.replace(path + ".tmp", path)
+        workdir_lib.atomic_write_text(path, "".join(keep))

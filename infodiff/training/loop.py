@@ -27,7 +27,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import orbax.checkpoint as ocp
 import tqdm
 from absl import logging
 from jax.sharding import Mesh, NamedSharding
@@ -35,6 +34,7 @@ from jax.sharding import PartitionSpec as P
 
 from infodiff.training import checkpoint as ckpt
 from infodiff.training import state as state_lib
+from infodiff.training import workdir as workdir_lib
 from infodiff.training.logs import log
 
 __all__ = ["make_train_step", "make_eval_step", "train"]
@@ -114,45 +114,81 @@ def _check_train_config(config, stop_at_step) -> tuple[int, int]:
 
 
 def _resume_or_init(task, mngr, abstract, optimizer, init_key, mesh, meta, workdir):
-    """The latest checkpoint's state if ``mngr`` has one (after checking that its config and data
-    may be continued: ConfigMismatchError otherwise), else a fresh state."""
-    latest = mngr.latest_step()
-    if latest is None:
+    """The newest verified checkpoint's state if ``mngr`` has checkpoints (after checking that
+    its config and data may be continued: ConfigMismatchError otherwise), else a fresh state.
+
+    Newer checkpoints that fail verification are named and moved to ``checkpoints.corrupt/``
+    (kept). CheckpointError if there are checkpoints and none passes (nothing is moved)."""
+    if not mngr.all_steps():
         return state_lib.init_train_state(task.init_params, optimizer, init_key, mesh)
-    _, saved_meta = ckpt.restore_checkpoint(mngr, latest)
-    ckpt.check_resumable(saved_meta, meta["config"], meta["data"]["checksums"],
-                         f"{workdir}/{ckpt.CKPT_DIR}/{latest}")
-    state, _ = ckpt.restore_checkpoint(mngr, latest, abstract)
+
+    def check(step, saved_meta):
+        ckpt.check_resumable(saved_meta, meta["config"], meta["data"]["checksums"],
+                             f"{workdir}/{ckpt.CKPT_DIR}/{step}")
+
+    step, state, _, failures = ckpt.newest_verified(mngr, abstract, meta["config"], check_meta=check)
+    if step is None:
+        raise ckpt.CheckpointError(
+            f"no checkpoint in {mngr.directory} passes verification ({'; '.join(str(e) for e in failures)}); "
+            "nothing was changed: restore a good copy or use a new --workdir", failures[0].step,
+            str(mngr.directory))
+    if failures:
+        moved = ckpt.quarantine(mngr, [e.step for e in failures])
+        log(logging.warning, "checkpoints %s failed verification and were moved to %s (kept, not "
+            "deleted); resuming from step %d, the newest that passes", [e.step for e in failures],
+            ", ".join(moved), step)
     log(logging.info, "resumed from checkpoint step %d in %s", int(state.step), workdir)
     return state
 
 
+def _newest_verified_step(mngr, abstract) -> int | None:
+    """The newest checkpoint of ``mngr`` that passes verification (for error messages)."""
+    try:
+        ckpt.seal_checkpoints(mngr)
+    except OSError:
+        pass
+    return ckpt.newest_verified(mngr, abstract)[0]
+
+
 class _Window:
-    """Train metrics of the steps since the last log line (device arrays until summarised)."""
+    """Train metrics of the steps since the last log line (device arrays until summarised).
 
-    def __init__(self):
-        self.reset()
+    A window is *partial* when it does not cover the nominal steps ``(k * log_every,
+    (k + 1) * log_every]`` (or up to ``num_steps``): it starts at a resumed step, or ends at an
+    interruption. Its record in metrics.jsonl then carries ``"partial": true`` and
+    ``"first_step"`` (its mean is over ``first_step .. step`` only)."""
 
-    def reset(self):
-        self.metrics, self.steps, self.t0 = [], 0, time.time()
+    def __init__(self, step: int = 0):
+        self.reset(step)
+
+    def reset(self, step: int = 0):
+        self.metrics, self.steps, self.t0, self.start = [], 0, time.time(), step
+
+    def extras(self, step: int, log_every: int, num_steps: int) -> dict:
+        """``{"partial": True, "first_step": ...}`` for a partial window ending at ``step``, else {}."""
+        nominal_start = ((step - 1) // log_every) * log_every
+        boundary = step % log_every == 0 or step == num_steps
+        if self.start == nominal_start and boundary:
+            return {}
+        return {"partial": True, "first_step": self.start + 1}
 
     def add(self, metrics):
         self.metrics.append(metrics)
         self.steps += 1
 
     def summarise(self, rate_name: str, items_per_step: int, step: int, num_steps: int,
-                  mngr: ocp.CheckpointManager) -> tuple[dict, float]:
+                  newest_good: Callable[[], int | None]) -> tuple[dict, float]:
         """Mean metrics (host floats) plus ``steps_per_s`` and ``rate_name`` (items / s), and the
-        ETA in seconds. FloatingPointError naming the step and the last checkpoint if the loss
-        is not finite."""
+        ETA in seconds. FloatingPointError naming the step and the newest checkpoint that passes
+        verification (``newest_good()``) if the loss is not finite."""
         host = jax.device_get(self.metrics)
         avg = {k: float(np.mean([m[k] for m in host])) for k in host[0]}
         dt = max(time.time() - self.t0, 1e-9)
         avg["steps_per_s"] = self.steps / dt
         avg[rate_name] = self.steps * items_per_step / dt
         if not math.isfinite(avg["loss"]):
-            raise FloatingPointError(f"non-finite training loss {avg['loss']} at step {step}; "
-                                     f"last finite checkpoint: {mngr.latest_step()}")
+            raise FloatingPointError(f"non-finite training loss {avg['loss']} at step {step}; newest "
+                                     f"checkpoint that passes verification: {newest_good()}")
         return avg, (num_steps - step) / max(avg["steps_per_s"], 1e-9)
 
 
@@ -185,9 +221,9 @@ class _StopFlag:
         return False
 
 
-def _record(path: str, step: int, split: str, metrics: dict, t_start: float) -> None:
+def _record(path: str, step: int, split: str, metrics: dict, t_start: float, **extra) -> None:
     ckpt.append_jsonl(path, {"step": step, "split": split, "metrics": metrics,
-                             "wall_time": time.time() - t_start, "time": time.time()})
+                             "wall_time": time.time() - t_start, "time": time.time(), **extra})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,8 +263,17 @@ def train(task: Any, workdir: str, *, stop_at_step: int | None = None, mesh: Mes
       ConfigMismatchError (a ValueError): resuming with a config that differs from the
         checkpoint's in a non-resumable key (names the keys; see ``RESUMABLE_KEYS``) or on
         different data.
-      CheckpointError: the latest checkpoint cannot be read.
-      FloatingPointError: non-finite training loss.
+      CheckpointError: there are checkpoints and none passes verification (a newer one that
+        fails is named, moved to ``checkpoints.corrupt/`` and the newest good one resumed).
+      WorkdirLockedError: another live process is writing ``workdir`` (names its host and pid).
+      StorageError (an OSError): the workdir is full or read-only (one line: the path and the
+        errno); temporary checkpoint directories of the failed save are removed.
+      FloatingPointError: non-finite training loss (names the newest verified checkpoint).
+
+    Concurrency: the run holds ``<workdir>/train.lock`` (:class:`workdir.WorkdirLock`) from
+    before its first write to its return; a lock left by a killed run is taken over (logged).
+    Metrics: a train record whose window was cut by a resume or an interruption has
+    ``"partial": true`` and ``"first_step"`` (see :class:`_Window`).
     """
     if not workdir:
         raise ValueError("a workdir is required (train.py --workdir=DIR): where checkpoints and metrics go")
@@ -243,7 +288,29 @@ def train(task: Any, workdir: str, *, stop_at_step: int | None = None, mesh: Mes
     # ---- data ----
     task.check_data()
     valid_batches = task.valid_batches()
-    os.makedirs(workdir, exist_ok=True)
+
+    # ---- one writer per workdir ----
+    lock = workdir_lib.WorkdirLock(workdir).acquire()
+    if lock.stale:
+        log(logging.warning, "took over the stale lock %s of pid %s on host %s (that run ended without "
+            "releasing it)", lock.path, lock.stale.get("pid"), lock.stale.get("host"))
+    ckpt_dir = os.path.join(workdir, ckpt.CKPT_DIR)
+    try:
+        return _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, valid_batches)
+    except workdir_lib.StorageError:
+        removed = workdir_lib.clean_tmp_checkpoints(ckpt_dir)
+        if removed:
+            log(logging.warning, "removed the temporary directories of the failed save: %s", removed)
+        raise
+    finally:
+        lock.release()
+
+
+def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, valid_batches) -> dict:
+    """:func:`train` after the checks, holding the workdir lock."""
+    config = task.config
+    tr = config.train
+    log_every = int(tr.log_every)
 
     # ---- optimizer, steps, state ----
     optimizer = state_lib.make_optimizer(config)
@@ -264,11 +331,18 @@ def train(task: Any, workdir: str, *, stop_at_step: int | None = None, mesh: Mes
         mngr.close()
         raise
     start_step = int(jax.device_get(state.step))
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        f.write(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
     metrics_path = os.path.join(workdir, "metrics.jsonl")
-    ckpt.truncate_metrics(metrics_path, start_step)
+    try:
+        workdir_lib.atomic_write_text(os.path.join(workdir, "config.json"),
+                                      config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
+        ckpt.truncate_metrics(metrics_path, start_step)
+    except BaseException:
+        mngr.close()
+        raise
     log(logging.info, *task.start_log(num_params, mesh, start_step, end_step))
+
+    def newest_good():
+        return _newest_verified_step(mngr, abstract)
 
     def run_eval(step: int) -> dict:
         sums: dict = {}
@@ -281,10 +355,18 @@ def train(task: Any, workdir: str, *, stop_at_step: int | None = None, mesh: Mes
         log(logging.info, *task.valid_log(step, out))
         return out
 
+    def log_window(step: int) -> dict:
+        avg, eta = window.summarise(task.rate_name, task.items_per_step, step, num_steps, newest_good)
+        log(logging.info, *task.train_log(step, num_steps, avg, eta))
+        _record(metrics_path, step, "train", avg, t_start, **window.extras(step, log_every, num_steps))
+        pbar.set_postfix(task.progress_postfix(avg), refresh=False)
+        window.reset(step)
+        return avg
+
     last_train: dict = {}
     last_valid: dict = {}
     interrupted = None
-    window = _Window()
+    window = _Window(start_step)
     prev_metrics = None
     step = start_step
     # disable=None: a live bar with ETA on a terminal, none when stderr is redirected (the log
@@ -308,13 +390,8 @@ def train(task: Any, workdir: str, *, stop_at_step: int | None = None, mesh: Mes
                     step += 1
                     pbar.update(1)
                     # ---- log window ----
-                    if step % int(tr.log_every) == 0 or step == end_step:
-                        avg, eta = window.summarise(task.rate_name, task.items_per_step, step, num_steps, mngr)
-                        log(logging.info, *task.train_log(step, num_steps, avg, eta))
-                        _record(metrics_path, step, "train", avg, t_start)
-                        pbar.set_postfix(task.progress_postfix(avg), refresh=False)
-                        last_train = avg
-                        window.reset()
+                    if step % log_every == 0 or step == end_step:
+                        last_train = log_window(step)
                     # ---- eval ----
                     if step % int(tr.eval_every) == 0 and step < num_steps:
                         last_valid = run_eval(step)
@@ -324,12 +401,14 @@ def train(task: Any, workdir: str, *, stop_at_step: int | None = None, mesh: Mes
                         ckpt.save_checkpoint(mngr, state, meta)
                 if stop.signum is not None and interrupted is None:
                     interrupted = stop.name
+                if interrupted is not None and window.steps:
+                    last_train = log_window(step)  # the steps since the last record: partial
             except KeyboardInterrupt:  # ---- signals: a second Ctrl-C ----
                 interrupted = "KeyboardInterrupt"
                 log(logging.warning, "KeyboardInterrupt at step %d: saving a checkpoint", step)
                 try:
                     ckpt.save_checkpoint(mngr, state, meta)
-                    mngr.wait_until_finished()
+                    ckpt.seal_checkpoints(mngr)
                 except Exception as e:  # e.g. interrupted while the state was donated
                     log(logging.error, "could not save at the interrupt (%s); latest checkpoint: %s",
                         e, mngr.latest_step())
@@ -337,9 +416,13 @@ def train(task: Any, workdir: str, *, stop_at_step: int | None = None, mesh: Mes
         if interrupted is None and step == num_steps:
             last_valid = run_eval(step)  # final validation (the in-loop one skips the last step)
         ckpt.save_checkpoint(mngr, state, meta)
+        ckpt.seal_checkpoints(mngr)
     finally:
         pbar.close()
-        mngr.wait_until_finished()
+        try:
+            mngr.wait_until_finished()
+        except Exception as e:  # a failed async save: reported by the error in flight, if any
+            log(logging.error, "checkpoint save failed: %s", e)
         mngr.close()
 
     result = {
