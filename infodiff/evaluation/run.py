@@ -112,17 +112,18 @@ def evaluate_oracle(config: ml_collections.ConfigDict) -> dict:
     ev = config.eval
     case = tasks.oracle_case(config)
     kw = dict(num_samples=int(ev.num_samples), batch_size=int(ev.batch_size))
+    show = True  # a progress bar with ETA per estimator (stderr)
     results = {"unconditional": [], "conditional": [], "ratio": [], "samplers": []}
     x, P = case.x, case.prompt_len
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         for e in case.estimators:
-            est = lk.nll(e.denoiser, x, jax.random.fold_in(e.key, 0), process=e.process, **kw)
+            est = lk.nll(e.denoiser, x, jax.random.fold_in(e.key, 0), process=e.process, progress=show, **kw)
             results["unconditional"].append(report_lib.oracle_row(est, case.truth_x))
             if P and e.conditional:
                 prompt, y = x[:, :P], x[:, P:]
                 est = lk.conditional_nll(e.denoiser, prompt, y, jax.random.fold_in(e.key, 1),
-                                         process=e.process, **kw)
+                                         process=e.process, progress=show, **kw)
                 results["conditional"].append(report_lib.oracle_row(est, case.truth_c))
             if P and e.ratio:
                 pair = {}
