@@ -50,6 +50,7 @@ TERMS = ("diffusion", "prior", "recon", "total")
 SE_METHODS = {
     "iid": "sample standard deviation of the S i.i.d. Monte Carlo samples / sqrt(S)",
     "exact": "no Monte Carlo term (every term computed exactly): SE 0",
+    "strata_pairs": "samples (2h, 2h+1) are 2 draws of stratum h: SE = sqrt(sum_h (f_2h - f_2h+1)^2) / S",
 }
 MIN_SAMPLES_FOR_SE = 32  # fewer samples than this: the sample SE of heavy-tailed values is flagged
 
@@ -61,7 +62,18 @@ def _stderr_iid(samples_BxS: np.ndarray) -> np.ndarray:
     return samples_BxS.std(axis=1, ddof=1) / math.sqrt(S)
 
 
-_STDERR = {"iid": _stderr_iid}
+def _stderr_strata_pairs(samples_BxS: np.ndarray) -> np.ndarray:
+    """Stratified sampling with 2 draws per stratum (docs/poisson.md "How the standard error is
+    computed"): Var(mean) = (1/S^2) sum_h 2 sigma_h^2 and (f_2h - f_2h+1)^2 / 2 estimates
+    sigma_h^2 without bias, so SE = sqrt(sum_h (f_2h - f_2h+1)^2) / S. float64 [B]."""
+    S = samples_BxS.shape[1]
+    if S < 2 or S % 2:
+        return np.full(samples_BxS.shape[0], np.nan)
+    d = samples_BxS[:, 0::2] - samples_BxS[:, 1::2]
+    return np.sqrt(np.sum(d * d, axis=1)) / S
+
+
+_STDERR = {"iid": _stderr_iid, "strata_pairs": _stderr_strata_pairs}
 
 
 @dataclasses.dataclass
@@ -387,7 +399,7 @@ def nll(denoiser, x_BxL, key, *, process=None, estimator: str | None = None, num
     exact = process.exact_terms(apply_fn, params, x, target, int(batch_size))
     passes = int(num_samples) * process.passes_per_sample(target) + getattr(process, "extra_passes", lambda: 0)()
     return Estimate(process.estimator, vals[0], forward_passes=passes, infinite_variance=inf_var,
-                    exact=exact)
+                    exact=exact, se_method=getattr(process, "se_method", "iid"))
 
 
 def _concat(prompt_BxP, response_BxR, V):
@@ -536,7 +548,7 @@ def imdse_conditional_nll(score_model, prompt_BxP, response_BxR, key, **kwargs) 
     return imdse_nll(score_model, x, key, target_BxL=target, **kwargs)
 
 
-def poisson_nll(denoiser, x_BxD, key, num_samples: int = 100, sampler: str = "logistic",
+def poisson_nll(denoiser, x_BxD, key, num_samples: int = 100, sampler: str = "stratified",
                 loc: float = -1.0, scale: float = 5.0, clip: float = 4.0,
                 alpha_min: float = -28.0, alpha_max: float = 37.0, batch_size: int = 1024,
                 high_snr_guard: str | None = None, alpha_guard: float | None = None,
@@ -545,11 +557,18 @@ def poisson_nll(denoiser, x_BxD, key, num_samples: int = 100, sampler: str = "lo
 
         -log P(x) = int e^alpha E_{z ~ Pois(e^alpha x)} sum_d l(x_d, xhat(z, alpha)_d) dalpha
     (arXiv 2505.05082 Eq. 17/19; docs/poisson.md §2.3, §3.2). The diffusion term is estimated by
-      'logistic': S iid draws alpha ~ truncated logistic(loc, scale, clip), weight e^alpha/q;
+      'stratified' (default): S / 2 equal-probability strata of the truncated logistic(loc,
+                  scale, clip), 2 independent draws in each, weight e^alpha/q; SE from the
+                  within-pair differences ('strata_pairs', docs/poisson.md §3.5);
+      'logistic': S iid draws alpha ~ truncated logistic(loc, scale, clip), weight e^alpha/q,
+                  the sample SE ('iid'; the default before the SE calibration of §3.5);
       'qmc':      S stratified truncated-logistic points (random common offset per call if
-                  qmc_random_offset, else midpoints), same weights;
-      'grid':     S-point uniform grid on [alpha_min, alpha_max], trapezoid weights x e^alpha;
-                  sample s = S w_s f(alpha_s) so that the mean is the trapezoid sum.
+                  qmc_random_offset, else midpoints), same weights; SE from adjacent pairs;
+      'grid':     S / 2-node uniform grid on [alpha_min, alpha_max], 2 channel draws per node,
+                  trapezoid weights x e^alpha, so that the mean is the trapezoid sum; SE from the
+                  pairs (warns: not calibrated, §3.5).
+    The SE method is ``Estimate.se_method``. Per-example SEs of 1-D data were measured
+    calibrated with 'stratified' at S = 1000, not at 200 (docs/poisson.md §3.5).
     with one fresh z per (example, alpha). Exact terms (:class:`PoissonProcess`): ``prior`` below
     alpha_lo is exact for the constant denoiser c = denoiser(0, alpha_lo); ``recon`` above
     alpha_top is the exact integral of the lattice-rounding denoiser (needs `scaling`).
@@ -566,7 +585,8 @@ def poisson_nll(denoiser, x_BxD, key, num_samples: int = 100, sampler: str = "lo
         apply_params(params, z, alpha) and params.
       x_BxD: float [B, D] scaled data >= 0 (e.g. CountScaling.scale(counts)); validated.
       key: PRNG key (the result is a pure function of key, x, the arguments and batch_size).
-      num_samples: S >= 2 alpha values per example (one forward pass each).
+      num_samples: S >= 2 alpha values per example (one forward pass each; even for
+        'stratified', 'qmc' and 'grid').
       loc, scale, clip: truncated-logistic proposal (default ItDPDM's -1, 5, 4).
       alpha_min, alpha_max: grid range (sampler='grid'; default ItDPDM's [-28, 37]).
       batch_size: rows per denoiser call.

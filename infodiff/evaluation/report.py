@@ -5,7 +5,7 @@ Schema (``version`` 2, documented in docs/report.md): every report has ``version
 ``wall_time_s``, ``env``, ``argv``, ``config``. A network report adds ``estimator``,
 ``infinite_variance``, ``data``, ``nll``, ``nll_stderr``, ``stderr_kind``, ``stderr_mc``,
 ``stderr_data_and_mc``, ``bits``, ``bits_stderr``, ``terms``, ``num_samples_per_item``,
-``forward_passes``, ``per_sample_std``, ``samples``, ``extras``. An oracle report adds
+``forward_passes``, ``per_sample_std``, ``samples``, ``extras``, ``se_method``. An oracle report adds
 ``oracle`` and ``results`` with lists of rows (:func:`oracle_row`) and ``samplers``.
 """
 
@@ -29,11 +29,12 @@ COMMON_KEYS = ("version", "kind", "process", "units", "seed", "wall_time_s", "en
 NETWORK_KEYS = ("workdir", "checkpoint_step", "params", "data", "estimator", "infinite_variance",
                 "num_samples_per_item", "forward_passes", "nll", "nll_stderr", "stderr_kind", "stderr_mc",
                 "stderr_data_and_mc", "bits", "bits_stderr", "terms", "per_sample_std", "samples",
-                "sampler", "sample_steps", "extras")
+                "sampler", "sample_steps", "extras", "se_method")
 ORACLE_KEYS = ("oracle", "num_items", "item_size", "prompt_len", "results")
 ROW_KEYS = ("estimator", "mean_estimate", "mean_exact", "bias", "bias_stderr", "bias_z",
             "max_abs_z_per_sequence", "per_sample_std", "per_sample_variance", "variance_per_forward_pass",
-            "stderr_at_1024_forward_passes", "terms", "num_samples", "forward_passes", "infinite_variance")
+            "stderr_at_1024_forward_passes", "terms", "num_samples", "forward_passes", "infinite_variance",
+            "se_method", "coverage_95", "mean_z2")
 TERMS = ("diffusion", "prior", "recon", "total")
 
 
@@ -52,11 +53,18 @@ def common(config, seed: int, t0: float) -> dict:
 
 
 def oracle_row(est, truth: np.ndarray, budget: int = 1024) -> dict:
-    """One estimator against the exact values: bias and its SE, per-sample spread (nats)."""
+    """One estimator against the exact values: bias and its SE, per-sample spread (nats), and the
+    calibration of the per-item SEs: ``coverage_95`` = fraction of items with |estimate - exact|
+    <= 1.96 SE, ``mean_z2`` = mean of ((estimate - exact) / SE)^2 (1 when calibrated; NaN when
+    an SE is 0). ``per_sample_variance`` is S x SE^2 averaged over items: the variance per draw
+    of the estimator as its ``se_method`` measures it (for iid draws the sample variance; for
+    strata it excludes the between-strata spread that stratification removes)."""
     N = len(truth)
     bias = est.mean - truth
     bias_se = float(np.sqrt(np.sum(est.stderr**2)) / N)
-    var_sample = float(np.mean(est.per_sample_std**2))
+    var_sample = float(np.mean(est.stderr**2)) * est.num_samples
+    pos = bool(np.all(est.stderr > 0))
+    z = bias / est.stderr if pos else None
     fp_per_sample = est.forward_passes / est.num_samples
     return {
         "estimator": est.estimator,
@@ -66,8 +74,10 @@ def oracle_row(est, truth: np.ndarray, budget: int = 1024) -> dict:
         "bias_stderr": bias_se,
         # z is undefined (NaN -> null in report.json) when the estimator is exact (SE = 0).
         "bias_z": float(bias.mean() / bias_se) if bias_se > 0 else float("nan"),
-        "max_abs_z_per_sequence": (float(np.max(np.abs(bias / est.stderr)))
-                                   if np.all(est.stderr > 0) else float("nan")),
+        "max_abs_z_per_sequence": float(np.max(np.abs(z))) if pos else float("nan"),
+        "coverage_95": float(np.mean(np.abs(z) <= 1.96)) if pos else float("nan"),
+        "mean_z2": float(np.mean(z**2)) if pos else float("nan"),
+        "se_method": est.se_method,
         "per_sample_std": math.sqrt(var_sample),
         "per_sample_variance": var_sample,
         "variance_per_forward_pass": var_sample * fp_per_sample,
@@ -100,6 +110,7 @@ def _format_network(r: dict) -> str:
         ["data", f"{d['name']} / {d['split']}: {d['num_items']} of {d['total_items']} {u['item']}s"
                  + (f" x {d['item_size']}" if d.get("item_size") else "")],
         ["MC samples / " + u["item"], r["num_samples_per_item"]],
+        ["SE method", r.get("se_method", "iid")],
         ["forward passes", r["forward_passes"]],
         [f"NLL ({u['nll']})", f"{r['nll']:.4f} ± {r['nll_stderr']:.4f}  [{r['stderr_kind']}]"],
         [u["bits"], f"{r['bits']:.5f} ± {r['bits_stderr']:.5f}"],
@@ -119,13 +130,19 @@ def _format_network(r: dict) -> str:
     return out
 
 
+def _fmt_opt(v, spec: str) -> str:
+    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
+
+
 def _rows_table(items) -> str:
-    headers = ["estimator", "estimate", "exact", "bias ± SE", "z", "sd/sample", "var/fwd", "SE@1024"]
+    headers = ["estimator", "estimate", "exact", "bias ± SE", "z", "sd/sample", "var/fwd", "SE@1024",
+               "SE method", "cover95", "mean z²"]
     rows = [[x["estimator"] + (" (inf. var.)" if x["infinite_variance"] else ""),
              f"{x['mean_estimate']:.4f}", f"{x['mean_exact']:.4f}",
              f"{x['bias']:+.4f} ± {x['bias_stderr']:.4f}", f"{x['bias_z']:+.2f}",
              f"{x['per_sample_std']:.3f}", f"{x['variance_per_forward_pass']:.3f}",
-             f"{x['stderr_at_1024_forward_passes']:.4f}"] for x in items]
+             f"{x['stderr_at_1024_forward_passes']:.4f}", x.get("se_method", "iid"),
+             _fmt_opt(x.get("coverage_95"), ".3f"), _fmt_opt(x.get("mean_z2"), ".2f")] for x in items]
     return table(headers, rows)
 
 

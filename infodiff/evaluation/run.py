@@ -80,6 +80,7 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
         "params": "ema" if bool(ev.use_ema) else "raw",
         "data": data_info, "units": u,
         "estimator": est.estimator, "infinite_variance": bool(est.infinite_variance),
+        "se_method": est.se_method,
         "num_samples_per_item": est.num_samples, "forward_passes": est.forward_passes * len(x),
         "nll": s["mean"], "nll_stderr": s["stderr"], "stderr_kind": s["stderr_kind"],
         "stderr_mc": s["stderr_mc"], "stderr_data_and_mc": s["stderr_data_and_mc"],
