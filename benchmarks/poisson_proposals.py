@@ -88,7 +88,7 @@ def main():
     print(f"{'proposal':34s} {'sampler':16s} {'S':>5s} {'sum_x p(x) SVar':>16s} {'max_x SVar':>11s} "
           f"{'max_x kurtosis (iid)':>21s}")
     for name, kind, s_, pv, mx, k in rows:
-        print(f"{name:34s} {kind:16s} {s_:5d} {pv:16.2f} {mx:11.1f} {k:21.0f}")
+        print(f"{name:34s} {kind:16s} {s_:5d} {pv:16.2f} {mx:11.1f} " + (f"{k:21.0f}" if k == k else f"{'-':>21s}"))
 
 
 if __name__ == "__main__":

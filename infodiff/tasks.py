@@ -899,7 +899,7 @@ class PoissonTask(Task):
     def process_info(self, process):
         ev = self.config.eval
         return {"name": "poisson", "sampler": process.sampler, "proposal": [process.loc, process.scale, process.clip],
-                "high_snr_guard": str(ev.high_snr_guard) or None, "alpha_lo": process.alpha_lo,
+                "se_method": process.se_method, "channel_defensive": process.z_defensive, "high_snr_guard": str(ev.high_snr_guard) or None, "alpha_lo": process.alpha_lo,
                 "alpha_top": process.alpha_top, "recon_included": process.scaling is not None}
 
     def generate(self, denoiser, key):
@@ -957,7 +957,9 @@ def poisson_estimation_process(config, scaling, prop, key=None):
         offset = float(jax.random.uniform(jax.random.fold_in(key, 2), ()))
     return poisson.estimation_process(int(ev.num_samples), str(ev.sampler), *prop, high_snr_guard=guard,
                                       alpha_guard=(float(ev.alpha_guard) if guard else None),
-                                      scaling=scaling, qmc_offset=offset)
+                                      scaling=scaling, qmc_offset=offset,
+                                      channel_defensive=float(ev.get("channel_defensive", 0.0)),
+                                      channel_shift=float(ev.get("channel_shift", 2.0)))
 
 
 def oracle_case(config):

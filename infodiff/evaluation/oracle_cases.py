@@ -207,7 +207,7 @@ def poisson_case(config, task_helpers) -> OracleCase:
     case = OracleCase(name=dist.name, x=x, truth_x=exact,
                       estimators=[OracleEstimator(process, orc, key, conditional=False, ratio=False)],
                       process_info={"name": "poisson", "sampler": str(ev.sampler), "proposal": list(prop),
-                                    "se_method": process.se_method},
+                                    "se_method": process.se_method, "channel_defensive": process.z_defensive},
                       units={"item": "example", "nll": "nats per example"},
                       info={"distribution": dist.name, "pmf_file": (os.path.abspath(str(d.path)) if d.path else None),
                             "dim": dim,

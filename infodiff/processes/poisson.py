@@ -69,6 +69,7 @@ __all__ = [
     "CountScaling",
     "sample_channel",
     "network_input",
+    "defensive_channel",
     "prl",
     "prl_np",
     "poisson_loglik",
@@ -256,6 +257,33 @@ def sample_channel(key, x_BxD, gamma_B):
     x_BxD = jnp.asarray(x_BxD, jnp.float32)
     gamma_B = jnp.asarray(gamma_B, jnp.float32)
     return _poisson_counts(key, gamma_B[:, None] * x_BxD)
+
+
+def defensive_channel(key, rate_BxD, eps: float, shift: float = 3.0):
+    """Channel draw from a defensive mixture, with its importance weight (per coordinate).
+
+    z ~ (1 - eps) Pois(lam) + eps/2 Pois(lam (1 - s)) + eps/2 Pois(lam (1 + s)),
+    s = shift / sqrt(max(lam, shift^2)) (the shifted components sit ``shift`` channel standard
+    deviations away), so rare channel draws in the tails, which carry the largest losses, are
+    drawn about eps / (2 P(tail)) times as often. The weight p / q per coordinate is
+        r = 1 / ((1 - eps) + eps/2 (e^{l-} + e^{l+})),  l+- = z log(1 +- s) -+ lam s
+    (the Poisson pmf ratio; no factorials), <= 1 / (1 - eps), and E_q[r g(z)] = E_p[g(z)] for
+    any g: unbiased (exactly, where the counts are exact Poisson draws, rate < 1e4).
+    Returns (z_BxD float32 counts, log r_BxD float32). Source: defensive importance sampling
+    (Hesterberg, Technometrics 1995); docs/poisson.md §3.5.
+    """
+    k1, k2 = jax.random.split(key)
+    lam = jnp.asarray(rate_BxD, jnp.float32)
+    s = shift * jax.lax.rsqrt(jnp.maximum(lam, shift * shift))
+    u = jax.random.uniform(k1, lam.shape, jnp.float32)
+    c = jnp.where(u < 1.0 - eps, 1.0, jnp.where(u < 1.0 - 0.5 * eps, 1.0 - s, 1.0 + s))
+    z = _poisson_counts(k2, lam * c)
+    # log(1 - s) is -inf at s = 1 (lam <= shift^2): then the minus component is Pois(0).
+    s_lo = jnp.where(s < 1.0, s, 0.0)
+    lm = jnp.where(s < 1.0, z * jnp.log1p(-s_lo) + lam * s, jnp.where(z > 0, -jnp.inf, lam))
+    lp = z * jnp.log1p(s) - lam * s
+    logr = -jnp.log((1.0 - eps) + 0.5 * eps * (jnp.exp(lm) + jnp.exp(lp)))
+    return z, logr
 
 
 def network_input(z_BxD, gamma_B):
@@ -641,6 +669,10 @@ class PoissonProcess:
     same minimiser, not a likelihood), 'qmc' / 'grid' (the points ``alpha_table`` with weights
     ``weight_table``, indexed by the Monte Carlo sample; see :func:`poisson_nll`).
 
+    ``z_defensive`` = eps > 0 draws the channel from the defensive mixture of
+    `defensive_channel` (eps / D per coordinate, shifts of ``z_shift`` channel SDs) and multiplies
+    by its exact weight: unbiased, and it tames the rare large losses (docs/poisson.md §3.5).
+
     ``exact_terms``: ``prior`` = gamma_lo sum_d l(x_d, c_d) with c = denoiser(0, alpha_lo) (the
     constant denoiser below the sampled range) and ``recon`` = the lattice-rounding denoiser's
     integral above alpha_top (needs ``scaling``; 0 without it). Inputs x are scaled data
@@ -658,6 +690,8 @@ class PoissonProcess:
     alpha_table: tuple | None = None
     weight_table: tuple | None = None
     num_strata: int = 0
+    z_defensive: float = 0.0
+    z_shift: float = 3.0
     chunk_order: str = "rows"
     denoiser_inputs: str = "(z_BxD float32 counts, alpha_B float32) -> xhat_BxD > 0"
 
@@ -698,9 +732,16 @@ class PoissonProcess:
     def integrand(self, apply_fn, params, x_RxD, noise: PoissonNoise, target_RxD=None):
         del target_RxD
         x = jnp.asarray(x_RxD, jnp.float32)
-        z = _poisson_counts(noise.key, jnp.exp(noise.alpha)[:, None] * x)
+        rate = jnp.exp(noise.alpha)[:, None] * x
+        if self.z_defensive > 0:
+            # eps / D per coordinate: the product of D weights stays bounded by ~e^{eps / (1 - eps)}
+            z, logr = defensive_channel(noise.key, rate, self.z_defensive / x.shape[1], self.z_shift)
+            w = noise.weight * jnp.exp(logr.sum(-1))
+        else:
+            z = _poisson_counts(noise.key, rate)
+            w = noise.weight
         xhat = apply_fn(params, z, noise.alpha)
-        v = noise.weight * prl(x, xhat).sum(-1)
+        v = w * prl(x, xhat).sum(-1)
         if math.isfinite(self.alpha_top):
             v = jnp.where(noise.alpha < self.alpha_top, v, 0.0)
         return v
@@ -759,11 +800,18 @@ def estimation_process(num_samples: int, sampler: str = "logistic", loc: float =
                        scale: float = 5.0, clip: float = 4.0, alpha_min: float = -28.0,
                        alpha_max: float = 37.0, high_snr_guard: str | None = None,
                        alpha_guard: float | None = None, scaling: CountScaling | None = None,
-                       qmc_offset: float = 0.5) -> PoissonProcess:
+                       qmc_offset: float = 0.5, channel_defensive: float = 0.0,
+                       channel_shift: float = 2.0) -> PoissonProcess:
     """The :class:`PoissonProcess` that :func:`poisson_nll` estimates with (arguments as there).
 
+    ``channel_defensive`` / ``channel_shift``: the defensive channel mixture (eps, shift in SDs;
+    0 = plain Poisson draws; `defensive_channel`).
+
     Raises ValueError for an unknown sampler or guard, a grid too coarse to resolve the
-    integrand, or a guard without ``scaling`` / ``alpha_guard``."""
+    integrand, a guard without ``scaling`` / ``alpha_guard``, or channel_defensive outside [0, 1)."""
+    if not (0.0 <= float(channel_defensive) < 1.0) or not float(channel_shift) > 0:
+        raise ValueError(f"channel_defensive = {channel_defensive!r} must be in [0, 1) and "
+                         f"channel_shift = {channel_shift!r} > 0")
     if sampler not in SAMPLERS:
         raise ValueError(f"unknown sampler {sampler!r}; choose from {SAMPLERS}")
     if high_snr_guard not in (None, "round"):
@@ -808,6 +856,7 @@ def estimation_process(num_samples: int, sampler: str = "logistic", loc: float =
                                      "weight_table": tuple(float(v) for v in table[1])}
     if sampler == "stratified":
         tabs["num_strata"] = S // 2
+    tabs.update(z_defensive=float(channel_defensive), z_shift=float(channel_shift))
     return PoissonProcess(loc=float(loc), scale=float(scale), clip=float(clip), sampler=sampler,
                           alpha_lo=float(a_lo), alpha_top=float(a_top), scaling=scaling, **tabs)
 
