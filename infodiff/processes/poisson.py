@@ -259,7 +259,7 @@ def sample_channel(key, x_BxD, gamma_B):
     return _poisson_counts(key, gamma_B[:, None] * x_BxD)
 
 
-def defensive_channel(key, rate_BxD, eps: float, shift: float = 3.0):
+def defensive_channel(key, rate_BxD, eps: float, shift: float = 2.0):
     """Channel draw from a defensive mixture, with its importance weight (per coordinate).
 
     z ~ (1 - eps) Pois(lam) + eps/2 Pois(lam (1 - s)) + eps/2 Pois(lam (1 + s)),
@@ -691,7 +691,7 @@ class PoissonProcess:
     weight_table: tuple | None = None
     num_strata: int = 0
     z_defensive: float = 0.0
-    z_shift: float = 3.0
+    z_shift: float = 2.0
     chunk_order: str = "rows"
     denoiser_inputs: str = "(z_BxD float32 counts, alpha_B float32) -> xhat_BxD > 0"
 
