@@ -17,8 +17,8 @@ A studentised mean with the strata-pairs SE has S / 2 = 100 degrees of freedom, 
 The CLI's samplers with calibrated SEs ('stratified', the default, and 'qmc', both with the SE
 from pairs of samples) pass at the CLI's 1000 draws per example and proposal 'auto' (recipe v2).
 The old default (iid logistic draws with the sample SE, recipe v1, 200 draws) FAILS this test,
-and so does 'grid' (it warns); docs/poisson.md §3.5 gives the numbers. The estimates use the
-defensive channel draw (poisson_nll's default channel_defensive = 0.3) except where stated.
+and so does 'grid' (it warns); docs/poisson.md §3.5 gives the numbers (plain channel draws,
+poisson_nll's default channel_defensive = 0).
 """
 
 import math
