@@ -61,7 +61,7 @@ def base(experiment: str) -> ml_collections.ConfigDict:
     c.eval.loc = -1.0
     c.eval.scale = 5.0
     c.eval.clip = 4.0
-    c.eval.channel_defensive = 0.0  # defensive channel mixture eps (opt-in, e.g. 0.3; 0 = plain Poisson draw; docs/poisson.md §3.5)
+    c.eval.channel_defensive = 0.3  # defensive channel mixture eps (0 = plain Poisson draw, as before; docs/poisson.md §3.5)
     c.eval.channel_shift = 2.0    # its shifted components, in channel standard deviations
     c.eval.high_snr_guard = ""    # '' or 'round' (lattice rounding above eval.alpha_guard; exact tail)
     c.eval.alpha_guard = 30.0
