@@ -8,6 +8,7 @@
   python evaluate.py --config configs/oracle_sedd_tabular.py          # SEDD with exact scores
   python evaluate.py --workdir runs/pois_digits                       # Poisson: nats / example, bits / dim
   python evaluate.py --config configs/oracle_poisson.py --config.data.distribution=zipf
+  python evaluate.py --config configs/oracle_poisson.py --config.data.path=pmf.json   # {count: probability}
 
 Prints the table, then writes report.json (schema in docs/report.md) and report.txt into the
 workdir (or config.eval.output_dir in oracle mode), atomically. The newest checkpoint that passes

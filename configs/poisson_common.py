@@ -31,7 +31,7 @@ def base(experiment: str) -> ml_collections.ConfigDict:
 
     c.process = ml_collections.ConfigDict()
     c.process.name = "poisson"
-    c.process.proposal = "auto"   # log-SNR proposal: auto (data-driven) | paper (-1, 5, 4) | manual
+    c.process.proposal = "auto_v1"  # training log-SNR proposal: auto_v1 (data-driven, as trained so far) | auto (v2) | paper (-1, 5, 4) | manual
     c.process.loc = -1.0          # manual proposal (truncated logistic)
     c.process.scale = 5.0
     c.process.clip = 4.0
@@ -55,12 +55,14 @@ def base(experiment: str) -> ml_collections.ConfigDict:
     c.eval.mode = "network"       # network | oracle
     c.eval.split = "test"
     c.eval.max_examples = 0       # 0: the whole split
-    c.eval.sampler = "logistic"   # logistic | qmc | grid
-    c.eval.num_samples = 100      # log-SNR draws per example (paper: 100)
-    c.eval.proposal = "train"     # train (same as process) | auto | paper | manual
+    c.eval.sampler = "stratified"  # stratified (SE from strata pairs) | logistic (iid; old default) | qmc | grid
+    c.eval.num_samples = 100      # log-SNR draws per example (paper: 100; per-example SEs need ~1000 in 1-D: docs/poisson.md §3.5)
+    c.eval.proposal = "auto"      # auto (recipe v2, docs/poisson.md §3.5) | train (same as process) | auto_v1 | paper | manual
     c.eval.loc = -1.0
     c.eval.scale = 5.0
     c.eval.clip = 4.0
+    c.eval.channel_defensive = 0.3  # defensive channel mixture eps (0 = plain Poisson draw, as before; docs/poisson.md §3.5)
+    c.eval.channel_shift = 2.0    # its shifted components, in channel standard deviations
     c.eval.high_snr_guard = ""    # '' or 'round' (lattice rounding above eval.alpha_guard; exact tail)
     c.eval.alpha_guard = 30.0
     c.eval.batch_size = 4096      # rows per forward pass

@@ -53,6 +53,7 @@ TERMS = ("diffusion", "prior", "recon", "total")
 SE_METHODS = {
     "iid": "std(samples, ddof=1) / sqrt(S) over the S i.i.d. Monte Carlo samples",
     "exact": "no Monte Carlo term (every term computed exactly): SE 0",
+    "strata_pairs": "samples (2h, 2h+1) are 2 draws of stratum h: SE = sqrt(sum_h (f_2h - f_2h+1)^2) / S",
 }
 T_SCALING = ("every SE is Student-t scaled, SE = raw SE x t_{0.975, dof} / 1.96, so that +-1.96 SE "
              "is the 95% t-interval (per item dof = S - 1: factor 1.07 at S = 32, 1.01 at 128; a "
@@ -68,8 +69,19 @@ def _stderr_iid(samples_BxS: np.ndarray) -> np.ndarray:
     return samples_BxS.std(axis=1, ddof=1) / math.sqrt(S)
 
 
+def _stderr_strata_pairs(samples_BxS: np.ndarray) -> np.ndarray:
+    """Stratified sampling with 2 draws per stratum (docs/poisson.md "How the standard error is
+    computed"): Var(mean) = (1/S^2) sum_h 2 sigma_h^2 and (f_2h - f_2h+1)^2 / 2 estimates
+    sigma_h^2 without bias, so SE = sqrt(sum_h (f_2h - f_2h+1)^2) / S. float64 [B]."""
+    S = samples_BxS.shape[1]
+    if S < 2 or S % 2:
+        return np.full(samples_BxS.shape[0], np.nan)
+    d = samples_BxS[:, 0::2] - samples_BxS[:, 1::2]
+    return np.sqrt(np.sum(d * d, axis=1)) / S
+
+
 # se_method -> (raw SE float64 [B] from samples [B, S], degrees of freedom of each item's SE)
-_STDERR = {"iid": (_stderr_iid, lambda S: S - 1)}
+_STDERR = {"iid": (_stderr_iid, lambda S: S - 1), "strata_pairs": (_stderr_strata_pairs, lambda S: S // 2)}
 
 
 def t_factor(dof) -> float:
@@ -77,6 +89,7 @@ def t_factor(dof) -> float:
     if dof is None or dof < 1:
         return float("nan")
     return float(scipy.stats.t.ppf(0.975, dof)) / Z975
+
 
 
 @dataclasses.dataclass
@@ -460,7 +473,8 @@ def nll(denoiser, x_BxL, key, *, process=None, estimator: str | None = None, num
     exact = process.exact_terms(apply_fn, params, x, target, int(batch_size))
     passes = S * process.passes_per_sample(target) + getattr(process, "extra_passes", lambda: 0)() + pilot_passes
     return Estimate(process.estimator, vals[0], forward_passes=passes, infinite_variance=inf_var,
-                    exact=exact, min_samples=_min_samples(process))
+                    exact=exact, min_samples=_min_samples(process),
+                    se_method=getattr(process, "se_method", "iid"))
 
 
 def _min_samples(process) -> int:
@@ -651,21 +665,35 @@ def imdse_conditional_nll(score_model, prompt_BxP, response_BxR, key, **kwargs) 
     return imdse_nll(score_model, x, key, target_BxL=target, **kwargs)
 
 
-def poisson_nll(denoiser, x_BxD, key, num_samples: int = 100, sampler: str = "logistic",
+def poisson_nll(denoiser, x_BxD, key, num_samples: int = 100, sampler: str = "stratified",
                 loc: float = -1.0, scale: float = 5.0, clip: float = 4.0,
                 alpha_min: float = -28.0, alpha_max: float = 37.0, batch_size: int = 1024,
                 high_snr_guard: str | None = None, alpha_guard: float | None = None,
-                scaling=None, qmc_random_offset: bool = True) -> Estimate:
+                scaling=None, qmc_random_offset: bool = True, channel_defensive: float = 0.3,
+                channel_shift: float = 2.0) -> Estimate:
     """Estimate -log P(x) per example (nats) with the Poisson-diffusion likelihood identity.
 
         -log P(x) = int e^alpha E_{z ~ Pois(e^alpha x)} sum_d l(x_d, xhat(z, alpha)_d) dalpha
     (arXiv 2505.05082 Eq. 17/19; docs/poisson.md §2.3, §3.2). The diffusion term is estimated by
-      'logistic': S iid draws alpha ~ truncated logistic(loc, scale, clip), weight e^alpha/q;
+      'stratified' (default): S / 2 equal-probability strata of the truncated logistic(loc,
+                  scale, clip), 2 independent draws in each, weight e^alpha/q; SE from the
+                  within-pair differences ('strata_pairs', docs/poisson.md §3.5);
+      'logistic': S iid draws alpha ~ truncated logistic(loc, scale, clip), weight e^alpha/q,
+                  the sample SE ('iid'; the default before the SE calibration of §3.5);
       'qmc':      S stratified truncated-logistic points (random common offset per call if
-                  qmc_random_offset, else midpoints), same weights;
-      'grid':     S-point uniform grid on [alpha_min, alpha_max], trapezoid weights x e^alpha;
-                  sample s = S w_s f(alpha_s) so that the mean is the trapezoid sum.
-    with one fresh z per (example, alpha). Exact terms (:class:`PoissonProcess`): ``prior`` below
+                  qmc_random_offset, else midpoints), same weights; SE from adjacent pairs;
+      'grid':     S / 2-node uniform grid on [alpha_min, alpha_max], 2 channel draws per node,
+                  trapezoid weights x e^alpha, so that the mean is the trapezoid sum; SE from the
+                  pairs (warns: not calibrated, §3.5).
+    The SE method is ``Estimate.se_method``. Per-example SEs of 1-D data were measured
+    calibrated with 'stratified' at S = 1000, not at 200 (docs/poisson.md §3.5).
+    with one fresh z per (example, alpha), drawn (``channel_defensive`` = eps > 0, default 0.3)
+    from the defensive mixture (1 - eps) Pois(lam) + eps/2 Pois(lam (1 -+ s)), s = channel_shift /
+    sqrt(lam) (eps / D per coordinate), times its exact importance weight: unbiased (checked per
+    log-SNR against exact sums), it samples the rare channel draws that make the plain draw's
+    values heavy-tailed and so calibrates the per-example SE at the law's mode; it can double the
+    variance in a law's far tail (docs/poisson.md §3.5). 0 = the plain draw of earlier versions.
+    Exact terms (:class:`PoissonProcess`): ``prior`` below
     alpha_lo is exact for the constant denoiser c = denoiser(0, alpha_lo); ``recon`` above
     alpha_top is the exact integral of the lattice-rounding denoiser (needs `scaling`).
 
@@ -681,7 +709,8 @@ def poisson_nll(denoiser, x_BxD, key, num_samples: int = 100, sampler: str = "lo
         apply_params(params, z, alpha) and params.
       x_BxD: float [B, D] scaled data >= 0 (e.g. CountScaling.scale(counts)); validated.
       key: PRNG key (the result is a pure function of key, x, the arguments and batch_size).
-      num_samples: S >= 2 alpha values per example (one forward pass each).
+      num_samples: S >= 2 alpha values per example (one forward pass each; even for
+        'stratified', 'qmc' and 'grid').
       loc, scale, clip: truncated-logistic proposal (default ItDPDM's -1, 5, 4).
       alpha_min, alpha_max: grid range (sampler='grid'; default ItDPDM's [-28, 37]).
       batch_size: rows per denoiser call.
@@ -709,7 +738,8 @@ def poisson_nll(denoiser, x_BxD, key, num_samples: int = 100, sampler: str = "lo
     if sampler == "qmc" and qmc_random_offset:
         offset = float(jax.random.uniform(jax.random.fold_in(key, 2), ()))
     process = poisson.estimation_process(int(num_samples), sampler, loc, scale, clip, alpha_min, alpha_max,
-                                 high_snr_guard, alpha_guard, scaling, offset)
+                                 high_snr_guard, alpha_guard, scaling, offset,
+                                 channel_defensive=channel_defensive, channel_shift=channel_shift)
     est = nll(denoiser, x_BxD, key, process=process, num_samples=int(num_samples), batch_size=int(batch_size))
     est.info.update(alpha_lo=process.alpha_lo, alpha_top=process.alpha_top, dim=int(np.shape(x_BxD)[1]),
                     recon_included=scaling is not None, sampler=sampler)

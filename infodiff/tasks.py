@@ -69,6 +69,7 @@ __all__ = [
     "make_scaling",
     "make_count_model",
     "poisson_proposal",
+    "oracle_distribution",
     "empirical_prior_logits",
     "check_counts",
 ]
@@ -219,6 +220,26 @@ def synthetic_distribution(config: ml_collections.ConfigDict):
     return cs.get_distribution(name, max_count=int(config.data.max_count))
 
 
+def oracle_distribution(config: ml_collections.ConfigDict):
+    """The law of the Poisson oracle mode (configs/oracle_poisson.py): the pmf file
+    ``data.path`` ({count: probability}, :func:`count_synthetic.load_pmf`) or the built-in
+    ``data.distribution`` ('' = 'zip'); ``data.max_count`` 0 = the law's own (50 for a built-in
+    law, the largest count of a file). ValueError when both a file and a name are given."""
+    from infodiff.data import count_synthetic as cs
+
+    d = config.data
+    path, name, K = str(d.path), str(d.distribution), int(d.max_count)
+    if path and name:
+        raise ValueError(f"config.data.path={path!r} and config.data.distribution={name!r}: give one "
+                         "(a pmf file or a built-in law), not both")
+    if path:
+        return cs.load_pmf(path, max_count=K)
+    name = name or "zip"
+    if name not in cs.NAMES:
+        raise ValueError(f"config.data.distribution={name!r}; choose from {tuple(cs.NAMES)}")
+    return cs.get_distribution(name, max_count=K or 50)
+
+
 def synthetic_dim(config: ml_collections.ConfigDict, dist) -> int:
     """Coordinates per example: data.dim iid copies of a 1-D law, or the law's own D (2-D laws)."""
     return int(config.data.dim) if dist.dim == 1 else int(dist.dim)
@@ -321,19 +342,22 @@ def poisson_proposal(config: ml_collections.ConfigDict, train_scaled_NxD: np.nda
     """(loc, scale, clip) of the truncated-logistic log-SNR proposal of ``config.<section>``.
 
     ``proposal='paper'``: ItDPDM's (-1, 5, 4) (App. B.2); ``'auto'``:
-    :func:`poisson.suggest_logistic` on (at most 20,000 rows of) the scaled training data;
+    :func:`poisson.suggest_logistic` (recipe 'v2', chosen by the exact per-draw variance and
+    tail weight, docs/poisson.md §3.5) on (at most 20,000 rows of) the scaled training data;
+    ``'auto_v1'``: the same with the previous recipe 'v1' (older results);
     ``'manual'``: ``loc, scale, clip`` from the section. Raises ValueError otherwise.
     """
     s = config[section]
     kind = str(s.proposal)
     if kind == "paper":
         return -1.0, 5.0, 4.0
-    if kind == "auto":
+    if kind in ("auto", "auto_v1"):
         x = train_scaled_NxD[: 20000]
-        return tuple(float(v) for v in poisson.suggest_logistic(x, scaling.spacing))
+        recipe = "v1" if kind == "auto_v1" else "v2"
+        return tuple(float(v) for v in poisson.suggest_logistic(x, scaling.spacing, recipe=recipe))
     if kind == "manual":
         return float(s.loc), float(s.scale), float(s.clip)
-    raise ValueError(f"config.{section}.proposal={kind!r}; choose 'paper', 'auto' or 'manual'")
+    raise ValueError(f"config.{section}.proposal={kind!r}; choose 'paper', 'auto', 'auto_v1' or 'manual'")
 
 
 def empirical_prior_logits(train_NxD: np.ndarray, num_levels: int, pseudo: float = 0.5) -> np.ndarray:
@@ -875,7 +899,7 @@ class PoissonTask(Task):
     def process_info(self, process):
         ev = self.config.eval
         return {"name": "poisson", "sampler": process.sampler, "proposal": [process.loc, process.scale, process.clip],
-                "high_snr_guard": str(ev.high_snr_guard) or None, "alpha_lo": process.alpha_lo,
+                "se_method": process.se_method, "channel_defensive": process.z_defensive, "high_snr_guard": str(ev.high_snr_guard) or None, "alpha_lo": process.alpha_lo,
                 "alpha_top": process.alpha_top, "recon_included": process.scaling is not None}
 
     def generate(self, denoiser, key):
@@ -933,7 +957,9 @@ def poisson_estimation_process(config, scaling, prop, key=None):
         offset = float(jax.random.uniform(jax.random.fold_in(key, 2), ()))
     return poisson.estimation_process(int(ev.num_samples), str(ev.sampler), *prop, high_snr_guard=guard,
                                       alpha_guard=(float(ev.alpha_guard) if guard else None),
-                                      scaling=scaling, qmc_offset=offset)
+                                      scaling=scaling, qmc_offset=offset,
+                                      channel_defensive=float(ev.get("channel_defensive", 0.0)),
+                                      channel_shift=float(ev.get("channel_shift", 2.0)))
 
 
 def oracle_case(config):

@@ -39,7 +39,7 @@ import scipy.stats
 
 from infodiff.count_oracles import FiniteCountOracle, ProductCountOracle
 
-__all__ = ["NAMES", "NAMES_1D", "NAMES_2D", "CountDistribution", "get_distribution",
+__all__ = ["NAMES", "NAMES_1D", "NAMES_2D", "CountDistribution", "get_distribution", "load_pmf",
            "wasserstein1", "sliced_wasserstein1"]
 
 NAMES_1D = ("poissmix", "zip", "nbinommix", "bnb", "zipf", "yulesimon")
@@ -165,6 +165,59 @@ def get_distribution(name: str, max_count: int = 50) -> CountDistribution:
                   - scipy.special.gammaln(b + 1))
         return _finish(name, sup, np.exp(lp), 2, K)
     return _finish(name, k, p, 1, K)
+
+
+PMF_SUM_TOLERANCE = 1e-6
+
+
+def load_pmf(path, max_count: int = 0) -> CountDistribution:
+    """A 1-D count pmf from a JSON file ``{count: probability}`` (e.g. ``{"0": 0.5, "3": 0.5}``).
+
+    Counts: non-negative integers (JSON keys are strings: "3" is accepted, "3.5", "-1", "a" are
+    not), each at most once. Probabilities: finite and >= 0, summing to 1 within
+    PMF_SUM_TOLERANCE (then renormalised). The lattice is {0..K} with K = ``max_count`` if > 0
+    (it must be >= the largest count) else the largest count (K >= 1). Atoms of probability 0
+    are kept in the support. Returns a CountDistribution named ``file:<basename>``
+    (truncated_mass 0). Raises ValueError with one line naming the file for anything else
+    (missing or unreadable file, bad JSON, bad key or value, bad sum, max_count too small).
+    """
+    import json
+    import os
+
+    name = os.fspath(path)
+    try:
+        with open(name) as f:
+            raw = json.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"pmf file {name!r}: file not found") from None
+    except (OSError, ValueError) as e:
+        raise ValueError(f"pmf file {name!r}: not readable JSON ({str(e).splitlines()[0]})") from None
+    if not isinstance(raw, dict) or not raw:
+        raise ValueError(f"pmf file {name!r}: expected a non-empty JSON object {{count: probability}}")
+    counts, probs = [], []
+    for k, v in raw.items():
+        ks = str(k).strip()
+        if not ks.isdigit():
+            raise ValueError(f"pmf file {name!r}: key {k!r} is not a non-negative integer count")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"pmf file {name!r}: probability of count {ks} is {v!r}; need a finite number >= 0")
+        counts.append(int(ks))
+        probs.append(float(v))
+    if len(set(counts)) != len(counts):
+        raise ValueError(f"pmf file {name!r}: a count appears twice (e.g. '3' and '03')")
+    total = float(np.sum(probs))
+    if abs(total - 1.0) > PMF_SUM_TOLERANCE:
+        raise ValueError(f"pmf file {name!r}: probabilities sum to {total:.9g}, not 1 "
+                         f"(tolerance {PMF_SUM_TOLERANCE:g})")
+    top = max(counts)
+    K = int(max_count) if int(max_count) > 0 else max(1, top)
+    if top > K:
+        raise ValueError(f"pmf file {name!r}: count {top} exceeds max_count = {K}")
+    order = np.argsort(counts)
+    return CountDistribution(name=f"file:{os.path.basename(name)}",
+                             support=np.asarray(counts, np.int64)[order].reshape(-1, 1),
+                             probs=np.asarray(probs, np.float64)[order] / total, dim=1, max_count=K,
+                             truncated_mass=0.0)
 
 
 # ----------------------------------------------------------------------------------------

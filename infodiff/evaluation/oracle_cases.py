@@ -189,7 +189,7 @@ def poisson_case(config, task_helpers) -> OracleCase:
     (synthetic law, sampling, proposal)."""
     ev, d = config.eval, config.data
     th = task_helpers
-    dist = th.synthetic_distribution(config)
+    dist = th.oracle_distribution(config)
     dim = th.synthetic_dim(config, dist)
     scaling = poisson.CountScaling(int(dist.max_count), float(d.low), float(d.high))
     orc = dist.oracle(scaling, dim=(dim if dist.dim == 1 else None))
@@ -204,11 +204,13 @@ def poisson_case(config, task_helpers) -> OracleCase:
     key = jax.random.key(int(ev.seed))
     prop = th.poisson_proposal(config, x, scaling, "eval")
     process = th.poisson_estimation_process(config, scaling, prop, jax.random.fold_in(key, 0))
-    case = OracleCase(name=str(d.distribution), x=x, truth_x=exact,
+    case = OracleCase(name=dist.name, x=x, truth_x=exact,
                       estimators=[OracleEstimator(process, orc, key, conditional=False, ratio=False)],
-                      process_info={"name": "poisson", "sampler": str(ev.sampler), "proposal": list(prop)},
+                      process_info={"name": "poisson", "sampler": str(ev.sampler), "proposal": list(prop),
+                                    "se_method": process.se_method, "channel_defensive": process.z_defensive},
                       units={"item": "example", "nll": "nats per example"},
-                      info={"distribution": str(d.distribution), "dim": dim,
+                      info={"distribution": dist.name, "pmf_file": (os.path.abspath(str(d.path)) if d.path else None),
+                            "dim": dim,
                             "support_size": int(len(dist.probs)), "max_count": int(dist.max_count),
                             "truncated_mass": float(dist.truncated_mass), "exact_entropy_nats": h})
     K1 = int(dist.max_count) + 1

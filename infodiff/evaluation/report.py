@@ -6,8 +6,8 @@ Schema (``version`` 2, documented in docs/report.md): every report has ``version
 the checkout infodiff was imported from, or None outside a git checkout), ``config``. A network report adds ``estimator``,
 ``infinite_variance``, ``data``, ``nll``, ``nll_stderr``, ``stderr_kind``, ``stderr_mc``,
 ``stderr_data_and_mc``, ``bits``, ``bits_stderr``, ``terms``, ``num_samples_per_item``,
-``forward_passes``, ``per_sample_std``, ``samples``, ``extras``, ``se_method``, ``exact``,
-``min_samples``, ``few_samples_per_item``. An oracle report adds
+``forward_passes``, ``per_sample_std``, ``samples``, ``extras``, ``se_method``, ``se_note``,
+``exact``, ``min_samples``, ``few_samples_per_item``. An oracle report adds
 ``oracle`` and ``results`` with lists of rows (:func:`oracle_row`) and ``samplers``.
 """
 
@@ -35,13 +35,13 @@ COMMON_KEYS = ("version", "kind", "process", "units", "seed", "wall_time_s", "en
 NETWORK_KEYS = ("workdir", "checkpoint_step", "params", "data", "estimator", "infinite_variance",
                 "num_samples_per_item", "forward_passes", "nll", "nll_stderr", "stderr_kind", "stderr_mc",
                 "stderr_data_and_mc", "bits", "bits_stderr", "terms", "per_sample_std", "samples",
-                "sampler", "sample_steps", "extras", "se_method", "exact", "min_samples",
+                "sampler", "sample_steps", "extras", "se_method", "se_note", "exact", "min_samples",
                 "few_samples_per_item")
 ORACLE_KEYS = ("oracle", "num_items", "item_size", "prompt_len", "results")
 ROW_KEYS = ("estimator", "mean_estimate", "mean_exact", "bias", "bias_stderr", "bias_z",
             "max_abs_z_per_sequence", "per_sample_std", "per_sample_variance", "variance_per_forward_pass",
             "stderr_at_1024_forward_passes", "terms", "num_samples", "forward_passes", "infinite_variance",
-            "se_method", "exact", "min_samples", "few_samples", "coverage_1.96se", "mean_z2")
+            "se_method", "se_note", "exact", "min_samples", "few_samples", "coverage_95", "mean_z2")
 TERMS = ("diffusion", "prior", "recon", "total")
 
 
@@ -75,23 +75,29 @@ def common(config, seed: int, t0: float) -> dict:
 
 
 def se_fields(est) -> dict:
-    """How the SE of an Estimate was computed: method (with the t-scaling), exact, the minimum
-    samples of a calibrated per-item SE and whether this run had fewer."""
+    """How the SE of an Estimate was computed: ``se_method`` (a key of likelihood.SE_METHODS),
+    ``se_note`` (what it means, and the Student-t scaling), ``exact``, the minimum samples of a
+    calibrated per-item SE and whether this run had fewer."""
     from infodiff import likelihood as lk
 
-    return {"se_method": f"{est.se_method}: {lk.SE_METHODS[est.se_method]}; {lk.T_SCALING}",
+    return {"se_method": est.se_method, "se_note": f"{lk.SE_METHODS[est.se_method]}; {lk.T_SCALING}",
             "exact": bool(est.is_exact), "min_samples": int(est.min_samples),
             "few_samples": bool(est.few_samples)}
 
 
 def oracle_row(est, truth: np.ndarray, budget: int = 1024) -> dict:
-    """One estimator against the exact values: bias and its SE, per-sample spread (nats), the
-    per-item coverage of +-1.96 SE and mean z^2 (NaN when exact)."""
+    """One estimator against the exact values: bias and its SE, per-sample spread (nats), and the
+    calibration of the per-item SEs: ``coverage_95`` = fraction of items with |estimate - exact|
+    <= 1.96 SE, ``mean_z2`` = mean of ((estimate - exact) / SE)^2 (~1 when calibrated; NaN when
+    an SE is 0, e.g. exact). ``per_sample_variance`` is S x raw SE^2 averaged over items: the
+    variance per draw of the estimator as its ``se_method`` measures it (for iid draws the sample
+    variance; for strata it excludes the between-strata spread that stratification removes)."""
     bias = est.mean - truth
     bias_se = est.split_mean()["stderr_mc"]
-    var_sample = float(np.mean(est.per_sample_std**2))
+    var_sample = float(np.mean(est.stderr_raw**2)) * est.num_samples
+    pos = bool(np.all(est.stderr > 0))
+    z = bias / est.stderr if pos else None
     fp_per_sample = est.forward_passes / est.num_samples if est.num_samples else 0.0
-    z = bias / est.stderr if np.all(est.stderr > 0) else np.full(len(bias), np.nan)
     return {
         "estimator": est.estimator,
         "mean_estimate": float(est.mean.mean()),
@@ -100,9 +106,9 @@ def oracle_row(est, truth: np.ndarray, budget: int = 1024) -> dict:
         "bias_stderr": bias_se,
         # z is undefined (NaN -> null in report.json) when the estimator is exact (SE = 0).
         "bias_z": float(bias.mean() / bias_se) if bias_se > 0 else float("nan"),
-        "max_abs_z_per_sequence": float(np.max(np.abs(z))),
-        "coverage_1.96se": float(np.mean(np.abs(z) <= 1.96)) if np.all(np.isfinite(z)) else float("nan"),
-        "mean_z2": float(np.mean(z**2)),
+        "max_abs_z_per_sequence": float(np.max(np.abs(z))) if pos else float("nan"),
+        "coverage_95": float(np.mean(np.abs(z) <= 1.96)) if pos else float("nan"),
+        "mean_z2": float(np.mean(z**2)) if pos else float("nan"),
         "per_sample_std": math.sqrt(var_sample),
         "per_sample_variance": var_sample,
         "variance_per_forward_pass": var_sample * fp_per_sample,
@@ -141,7 +147,7 @@ def _format_network(r: dict) -> str:
         [u["bits"], f"{r['bits']:.5f} ± {r['bits_stderr']:.5f}"],
         ["terms (nats)", _fmt_terms(r["terms"])],
         ["SE: mc / data+mc", f"{r['stderr_mc']:.4f} / {r['stderr_data_and_mc']:.4f}"],
-        ["SE method", r["se_method"].split(":")[0] + (" (exact: every term enumerated)" if r["exact"] else "")
+        ["SE method", r["se_method"] + (" (exact: every term enumerated)" if r["exact"] else "")
          + (f"; per-{u['item']} SEs rest on fewer than {r['min_samples']} samples (flagged; the split SE "
             "pools them)" if r["few_samples_per_item"] else "")],
     ]
@@ -158,16 +164,20 @@ def _format_network(r: dict) -> str:
     return out
 
 
+def _fmt_opt(v, spec: str) -> str:
+    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
+
+
 def _rows_table(items) -> str:
     headers = ["estimator", "estimate", "exact", "bias ± SE", "z", "sd/sample", "var/fwd", "SE@1024",
-               "cover", "z^2"]
+               "SE method", "cover95", "mean z²"]
     rows = [[x["estimator"] + (" (inf. var.)" if x["infinite_variance"] else "")
              + (" (exact)" if x["exact"] else "") + (" (few samples)" if x["few_samples"] else ""),
              f"{x['mean_estimate']:.4f}", f"{x['mean_exact']:.4f}",
              f"{x['bias']:+.4f} ± {x['bias_stderr']:.4f}", f"{x['bias_z']:+.2f}",
              f"{x['per_sample_std']:.3f}", f"{x['variance_per_forward_pass']:.3f}",
-             f"{x['stderr_at_1024_forward_passes']:.4f}", f"{x['coverage_1.96se']:.2f}",
-             f"{x['mean_z2']:.2f}"] for x in items]
+             f"{x['stderr_at_1024_forward_passes']:.4f}", x.get("se_method", "iid"),
+             _fmt_opt(x.get("coverage_95"), ".3f"), _fmt_opt(x.get("mean_z2"), ".2f")] for x in items]
     return table(headers, rows)
 
 

@@ -80,6 +80,7 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
         "params": "ema" if bool(ev.use_ema) else "raw",
         "data": data_info, "units": u,
         "estimator": est.estimator, "infinite_variance": bool(est.infinite_variance),
+        "se_method": est.se_method,
         "num_samples_per_item": est.num_samples, "forward_passes": est.forward_passes * len(x),
         "nll": s["mean"], "nll_stderr": s["stderr"], "stderr_kind": s["stderr_kind"],
         "stderr_mc": s["stderr_mc"], "stderr_data_and_mc": s["stderr_data_and_mc"],
@@ -88,7 +89,7 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
         "nll_wall_time_s": t_nll,
     }
     se = report_lib.se_fields(est)
-    rep.update(se_method=se["se_method"], exact=se["exact"], min_samples=se["min_samples"],
+    rep.update(se_method=se["se_method"], se_note=se["se_note"], exact=se["exact"], min_samples=se["min_samples"],
                few_samples_per_item=se["few_samples"])
     gen = task.generate(den, sample_key)
     rep.update(samples=gen.get("samples", []), sampler=gen.get("sampler"), sample_steps=gen.get("sample_steps", 0))

@@ -51,6 +51,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import warnings
 from typing import Callable
 
 import jax
@@ -68,14 +69,18 @@ __all__ = [
     "CountScaling",
     "sample_channel",
     "network_input",
+    "defensive_channel",
     "prl",
     "prl_np",
     "poisson_loglik",
     "truncated_logistic",
     "truncated_logistic_qmc",
+    "stratified_logistic",
+    "SE_METHOD_OF_SAMPLER",
     "logistic_weight",
     "log_snr_grid",
     "suggest_logistic",
+    "SUGGEST_RECIPES",
     "suggest_alpha_guard",
     "diffusion_loss",
     "prl_loss",
@@ -83,6 +88,7 @@ __all__ = [
     "PoissonProcess",
     "PoissonNoise",
     "estimation_process",
+    "min_grid_samples",
     "SAMPLERS",
     "log_spaced_gammas",
     "lattice_decision",
@@ -91,7 +97,15 @@ __all__ = [
     "total_variation",
 ]
 
-SAMPLERS = ("logistic", "qmc", "grid")
+SAMPLERS = ("stratified", "logistic", "qmc", "grid")
+# How each sampler's standard error is computed (keys of infodiff.likelihood.SE_METHODS):
+# 'stratified' draws 2 independent points in each of S / 2 proposal-quantile strata, so the
+# variance of the mean is estimated without bias from the within-pair differences; 'qmc' pairs
+# adjacent lattice points the same way (conservative by the lattice's smooth trend); 'logistic'
+# is iid; 'grid' evaluates each of its S / 2 nodes with 2 independent channel draws (docs/poisson.md
+# §3.5 "How the standard error is computed").
+SE_METHOD_OF_SAMPLER = {"stratified": "strata_pairs", "logistic": "iid", "qmc": "strata_pairs",
+                        "grid": "strata_pairs"}
 # Largest log-SNR spacing accepted for the trapezoid grid: the integrand's mass spans a few units
 # of alpha (docs/poisson.md §3.4), and the reference quadrature of docs/poisson.md §7 uses 0.05.
 GRID_MAX_SPACING = 0.25
@@ -245,6 +259,33 @@ def sample_channel(key, x_BxD, gamma_B):
     return _poisson_counts(key, gamma_B[:, None] * x_BxD)
 
 
+def defensive_channel(key, rate_BxD, eps: float, shift: float = 2.0):
+    """Channel draw from a defensive mixture, with its importance weight (per coordinate).
+
+    z ~ (1 - eps) Pois(lam) + eps/2 Pois(lam (1 - s)) + eps/2 Pois(lam (1 + s)),
+    s = shift / sqrt(max(lam, shift^2)) (the shifted components sit ``shift`` channel standard
+    deviations away), so rare channel draws in the tails, which carry the largest losses, are
+    drawn about eps / (2 P(tail)) times as often. The weight p / q per coordinate is
+        r = 1 / ((1 - eps) + eps/2 (e^{l-} + e^{l+})),  l+- = z log(1 +- s) -+ lam s
+    (the Poisson pmf ratio; no factorials), <= 1 / (1 - eps), and E_q[r g(z)] = E_p[g(z)] for
+    any g: unbiased (exactly, where the counts are exact Poisson draws, rate < 1e4).
+    Returns (z_BxD float32 counts, log r_BxD float32). Source: defensive importance sampling
+    (Hesterberg, Technometrics 1995); docs/poisson.md §3.5.
+    """
+    k1, k2 = jax.random.split(key)
+    lam = jnp.asarray(rate_BxD, jnp.float32)
+    s = shift * jax.lax.rsqrt(jnp.maximum(lam, shift * shift))
+    u = jax.random.uniform(k1, lam.shape, jnp.float32)
+    c = jnp.where(u < 1.0 - eps, 1.0, jnp.where(u < 1.0 - 0.5 * eps, 1.0 - s, 1.0 + s))
+    z = _poisson_counts(k2, lam * c)
+    # log(1 - s) is -inf at s = 1 (lam <= shift^2): then the minus component is Pois(0).
+    s_lo = jnp.where(s < 1.0, s, 0.0)
+    lm = jnp.where(s < 1.0, z * jnp.log1p(-s_lo) + lam * s, jnp.where(z > 0, -jnp.inf, lam))
+    lp = z * jnp.log1p(s) - lam * s
+    logr = -jnp.log((1.0 - eps) + 0.5 * eps * (jnp.exp(lm) + jnp.exp(lp)))
+    return z, logr
+
+
 def network_input(z_BxD, gamma_B):
     """The paper's normalised network input z~ = z / (1 + gamma), float32 [B, D]; stays in
     [0, ~X] (arXiv 2505.05082 Eq. 19 / Alg. 1; docs/poisson.md §2.5, §4.1)."""
@@ -389,6 +430,34 @@ def truncated_logistic_qmc(n: int, loc: float = -1.0, scale: float = 5.0, clip: 
     return alpha, logistic_weight(alpha, loc, scale, clip, xp=np)
 
 
+def stratified_logistic(key, sample_R, num_strata: int, loc: float = -1.0, scale: float = 5.0,
+                        clip: float = 4.0):
+    """Proposal-quantile strata: row r (Monte Carlo sample index ``sample_R[r]``) draws
+    alpha = F^-1((h + U) / H) with h = sample_R // 2 its stratum, U ~ U(0, 1) fresh per row and F
+    the truncated-logistic(loc, scale, clip) cdf; so samples 2h and 2h + 1 are two independent
+    draws from stratum h of H = num_strata equal-probability strata.
+
+    Each draw has law q restricted to its stratum (density H q there), so weight e^alpha / q
+    keeps E[mean of the S = 2 H samples] = int e^alpha f dalpha exactly (stratified sampling,
+    unbiased); the within-pair differences give an unbiased variance estimate ('strata_pairs'
+    SE, :mod:`infodiff.likelihood`). Returns (alpha_R, weight_R) float32 (weight = e^alpha / q).
+    Raises ValueError for num_strata < 1 or bad scale / clip.
+    Source: stratified sampling (e.g. Owen, *Monte Carlo theory, methods and examples*, 2013,
+    §8.4 with 2 draws per stratum); docs/poisson.md "How the standard error is computed".
+    """
+    _check_logistic(scale, clip)
+    if int(num_strata) < 1:
+        raise ValueError(f"num_strata = {num_strata!r} must be >= 1")
+    loc, scale, clip = float(loc), float(scale), float(clip)
+    lo = 1.0 / (1.0 + math.exp(clip))
+    h = (jnp.asarray(sample_R, jnp.int32) // 2).astype(jnp.float32)
+    u = (h + jax.random.uniform(key, h.shape, jnp.float32)) / float(num_strata)
+    p = jnp.clip(lo + (1.0 - 2.0 * lo) * u, lo, 1.0 - lo)
+    alpha = loc + scale * (jnp.log(p) - jnp.log1p(-p))
+    alpha = jnp.clip(alpha, loc - clip * scale, loc + clip * scale)
+    return alpha, logistic_weight(alpha, loc, scale, clip)
+
+
 def log_snr_grid(alpha_min: float = -28.0, alpha_max: float = 37.0, n: int = 1001):
     """Uniform log-SNR grid with trapezoid weights times e^alpha (ItDPDM App. A.2 range).
 
@@ -407,8 +476,11 @@ def log_snr_grid(alpha_min: float = -28.0, alpha_max: float = 37.0, n: int = 100
     return alpha, w * np.exp(alpha)
 
 
+SUGGEST_RECIPES = ("v2", "v1")
+
+
 def suggest_logistic(x_NxD, spacing: float, clip_margin_low: float = 10.0,
-                     clip_margin_high: float = 6.0):
+                     clip_margin_high: float = 6.0, recipe: str = "v2"):
     """Data-driven (loc, scale, clip) for the truncated-logistic log-SNR proposal.
 
     Recipe (ours; docs/poisson.md §3.1 describes ITDiff's covariance-eigenvalue recipe, §3.4 where the
@@ -423,7 +495,16 @@ def suggest_logistic(x_NxD, spacing: float, clip_margin_low: float = 10.0,
     [a_lo - clip_margin_low, a_hi + clip_margin_high]. a_lo / a_hi are medians over coordinates
     (Var over examples; coordinates with zero variance are skipped).
 
-    For 256-level data on [1, 2] (discretised N(128, 50^2), docs/poisson.md §3.4) this gives loc 8.6,
+    ``recipe='v2'`` (default) floors the scale at 2 instead of 1 and moves the centre up by
+    scale / 2: with scale 1 the weight e^alpha / q grows like e^{2 alpha} above loc, right
+    where the lattice is being resolved and the channel draw has rare large losses, and the
+    per-draw values become extremely heavy-tailed (exact excess kurtosis 1.7e4 at x = 0 of zip
+    truncated at 40, against 4.3e2 with v2; sum_x p(x) x per-draw variance 18.2 -> 15.9 with
+    strata; measured with infodiff.poisson_moments, benchmarks/poisson_proposals.py,
+    docs/poisson.md §3.5). ``recipe='v1'`` is the previous rule (scale floor 1, centre at the
+    midpoint), kept so that older numbers reproduce.
+
+    v1: for 256-level data on [1, 2] (discretised N(128, 50^2), docs/poisson.md §3.4) this gives loc 8.6,
     scale 2.4, clip 6.1 (alpha in [-6.3, 23.5], plateau 3.7..13.5), instead of ItDPDM's fixed
     (-1, 5, 4) centred below the median 9. Measured with the exact oracle (4000 draws, x = 10,
     128, 200 counts): per-draw standard deviation 11-12 nats vs 21-25 nats for (-1, 5, 4), i.e.
@@ -451,8 +532,13 @@ def suggest_logistic(x_NxD, spacing: float, clip_margin_low: float = 10.0,
     a_lo = float(np.median(np.log(mean[ok] / var[ok])))
     a_hi = float(np.median(np.log(mean[ok] / spacing**2))) + 2.0
     a_hi = max(a_hi, a_lo + 1.0)
+    if recipe not in SUGGEST_RECIPES:
+        raise ValueError(f"unknown recipe {recipe!r}; choose from {SUGGEST_RECIPES}")
     loc = 0.5 * (a_lo + a_hi)
     scale = max(1.0, (a_hi - a_lo) / 4.0)
+    if recipe == "v2":
+        scale = max(2.0, scale)
+        loc = loc + 0.5 * scale
     clip = max((loc - (a_lo - clip_margin_low)) / scale, (a_hi + clip_margin_high - loc) / scale)
     return loc, scale, clip
 
@@ -583,6 +669,10 @@ class PoissonProcess:
     same minimiser, not a likelihood), 'qmc' / 'grid' (the points ``alpha_table`` with weights
     ``weight_table``, indexed by the Monte Carlo sample; see :func:`poisson_nll`).
 
+    ``z_defensive`` = eps > 0 draws the channel from the defensive mixture of
+    `defensive_channel` (eps / D per coordinate, shifts of ``z_shift`` channel SDs) and multiplies
+    by its exact weight: unbiased, and it tames the rare large losses (docs/poisson.md §3.5).
+
     ``exact_terms``: ``prior`` = gamma_lo sum_d l(x_d, c_d) with c = denoiser(0, alpha_lo) (the
     constant denoiser below the sampled range) and ``recon`` = the lattice-rounding denoiser's
     integral above alpha_top (needs ``scaling``; 0 without it). Inputs x are scaled data
@@ -599,6 +689,9 @@ class PoissonProcess:
     scaling: CountScaling | None = None
     alpha_table: tuple | None = None
     weight_table: tuple | None = None
+    num_strata: int = 0
+    z_defensive: float = 0.0
+    z_shift: float = 2.0
     chunk_order: str = "rows"
     denoiser_inputs: str = "(z_BxD float32 counts, alpha_B float32) -> xhat_BxD > 0"
 
@@ -607,10 +700,18 @@ class PoissonProcess:
             raise ValueError(f"unknown weighting {self.weighting!r}; choose 'likelihood' or 'paper'")
         if self.sampler not in SAMPLERS:
             raise ValueError(f"unknown sampler {self.sampler!r}; choose from {SAMPLERS}")
+        if self.sampler == "stratified" and int(self.num_strata) < 1:
+            raise ValueError("sampler='stratified' needs num_strata >= 1 (= num_samples / 2)")
 
     @property
     def estimator(self) -> str:
         return f"poisson_{self.sampler}"
+
+    @property
+    def se_method(self) -> str:
+        """How the standard error of this sampler's samples is computed (a key of
+        ``infodiff.likelihood.SE_METHODS``; `SE_METHOD_OF_SAMPLER`)."""
+        return SE_METHOD_OF_SAMPLER[self.sampler]
 
     infinite_variance = False
 
@@ -619,6 +720,8 @@ class PoissonProcess:
         ka, kz = jax.random.split(key)
         if self.sampler == "logistic":
             alpha, w = truncated_logistic(ka, (R,), self.loc, self.scale, self.clip)
+        elif self.sampler == "stratified":
+            alpha, w = stratified_logistic(ka, sample_R, self.num_strata, self.loc, self.scale, self.clip)
         else:
             alpha = jnp.asarray(self.alpha_table, jnp.float32)[sample_R]
             w = jnp.asarray(self.weight_table, jnp.float32)[sample_R]
@@ -629,9 +732,16 @@ class PoissonProcess:
     def integrand(self, apply_fn, params, x_RxD, noise: PoissonNoise, target_RxD=None):
         del target_RxD
         x = jnp.asarray(x_RxD, jnp.float32)
-        z = _poisson_counts(noise.key, jnp.exp(noise.alpha)[:, None] * x)
+        rate = jnp.exp(noise.alpha)[:, None] * x
+        if self.z_defensive > 0:
+            # eps / D per coordinate: the product of D weights stays bounded by ~e^{eps / (1 - eps)}
+            z, logr = defensive_channel(noise.key, rate, self.z_defensive / x.shape[1], self.z_shift)
+            w = noise.weight * jnp.exp(logr.sum(-1))
+        else:
+            z = _poisson_counts(noise.key, rate)
+            w = noise.weight
         xhat = apply_fn(params, z, noise.alpha)
-        v = noise.weight * prl(x, xhat).sum(-1)
+        v = w * prl(x, xhat).sum(-1)
         if math.isfinite(self.alpha_top):
             v = jnp.where(noise.alpha < self.alpha_top, v, 0.0)
         return v
@@ -680,37 +790,61 @@ class PoissonProcess:
             raise NotImplementedError("conditional likelihoods are not defined for the Poisson process")
 
 
+def min_grid_samples(alpha_min: float = -28.0, alpha_max: float = 37.0) -> int:
+    """Smallest num_samples of sampler='grid' on [alpha_min, alpha_max]: 2 x the nodes needed
+    for a spacing <= GRID_MAX_SPACING (each node gets 2 channel draws). 522 for [-28, 37]."""
+    return 2 * (int(math.ceil((alpha_max - alpha_min) / GRID_MAX_SPACING)) + 1)
+
+
 def estimation_process(num_samples: int, sampler: str = "logistic", loc: float = -1.0,
                        scale: float = 5.0, clip: float = 4.0, alpha_min: float = -28.0,
                        alpha_max: float = 37.0, high_snr_guard: str | None = None,
                        alpha_guard: float | None = None, scaling: CountScaling | None = None,
-                       qmc_offset: float = 0.5) -> PoissonProcess:
+                       qmc_offset: float = 0.5, channel_defensive: float = 0.0,
+                       channel_shift: float = 2.0) -> PoissonProcess:
     """The :class:`PoissonProcess` that :func:`poisson_nll` estimates with (arguments as there).
 
+    ``channel_defensive`` / ``channel_shift``: the defensive channel mixture (eps, shift in SDs;
+    0 = plain Poisson draws; `defensive_channel`).
+
     Raises ValueError for an unknown sampler or guard, a grid too coarse to resolve the
-    integrand, or a guard without ``scaling`` / ``alpha_guard``."""
+    integrand, a guard without ``scaling`` / ``alpha_guard``, or channel_defensive outside [0, 1)."""
+    if not (0.0 <= float(channel_defensive) < 1.0) or not float(channel_shift) > 0:
+        raise ValueError(f"channel_defensive = {channel_defensive!r} must be in [0, 1) and "
+                         f"channel_shift = {channel_shift!r} > 0")
     if sampler not in SAMPLERS:
         raise ValueError(f"unknown sampler {sampler!r}; choose from {SAMPLERS}")
     if high_snr_guard not in (None, "round"):
         raise ValueError(f"unknown high_snr_guard {high_snr_guard!r}; choose None or 'round'")
     S = int(num_samples)
     table = None
-    if sampler == "grid" and (alpha_max - alpha_min) / (S - 1) > GRID_MAX_SPACING:
-        need = int(math.ceil((alpha_max - alpha_min) / GRID_MAX_SPACING)) + 1
+    if SE_METHOD_OF_SAMPLER[sampler] == "strata_pairs" and (S < 2 or S % 2):
+        raise ValueError(f"sampler={sampler!r} needs an even num_samples >= 2 (its standard error "
+                         f"comes from pairs of samples); got {S}")
+    if sampler == "grid":
+        warnings.warn("sampler='grid': the per-example standard errors are not calibrated (rare "
+                      "channel draws at high SNR carry weights up to e^alpha_max dalpha; measured "
+                      "coverage 0.92 of the 95 % interval, docs/poisson.md §3.5); use 'stratified'",
+                      UserWarning, stacklevel=2)
+    if sampler == "grid" and S < min_grid_samples(alpha_min, alpha_max):
         raise ValueError(
-            f"sampler='grid' with num_samples={S} on [{alpha_min}, {alpha_max}] has spacing "
-            f"{(alpha_max - alpha_min) / (S - 1):.3g} > {GRID_MAX_SPACING} in log-SNR: the trapezoid "
-            "rule cannot resolve the integrand (it would report a wrong NLL with a meaningless SE); "
-            f"use num_samples >= {need} or sampler='logistic'")
-    if sampler == "logistic":
+            f"sampler='grid' with num_samples={S} ({S // 2} nodes x 2 channel draws) on "
+            f"[{alpha_min}, {alpha_max}] has spacing {(alpha_max - alpha_min) / max(1, S // 2 - 1):.3g} "
+            f"> {GRID_MAX_SPACING} in log-SNR: the trapezoid rule cannot resolve the integrand (it "
+            "would report a wrong NLL with a meaningless SE); use num_samples >= "
+            f"{min_grid_samples(alpha_min, alpha_max)} or sampler='stratified'")
+    if sampler in ("logistic", "stratified"):
         _check_logistic(scale, clip)
         a_lo, a_hi = loc - clip * scale, loc + clip * scale
     elif sampler == "qmc":
         table = truncated_logistic_qmc(S, loc, scale, clip, offset=qmc_offset)
         a_lo, a_hi = loc - clip * scale, loc + clip * scale
     else:
-        a1, w1 = log_snr_grid(alpha_min, alpha_max, S)
-        table = (a1, w1 * S)  # sample s = S w_s f(alpha_s): the mean is the trapezoid sum
+        # S / 2 nodes, each evaluated by 2 independent channel draws (samples 2j, 2j + 1), so
+        # that the pair differences estimate the channel noise, the grid's only random error:
+        # sample s = (S / 2) w_j f(alpha_j), j = s // 2; the mean is the trapezoid sum.
+        a1, w1 = log_snr_grid(alpha_min, alpha_max, S // 2)
+        table = (np.repeat(a1, 2), np.repeat(w1 * (S // 2), 2))
         a_lo, a_hi = alpha_min, alpha_max
     if high_snr_guard == "round":
         if scaling is None or alpha_guard is None:
@@ -720,6 +854,9 @@ def estimation_process(num_samples: int, sampler: str = "logistic", loc: float =
         a_top = a_hi
     tabs = {} if table is None else {"alpha_table": tuple(float(v) for v in table[0]),
                                      "weight_table": tuple(float(v) for v in table[1])}
+    if sampler == "stratified":
+        tabs["num_strata"] = S // 2
+    tabs.update(z_defensive=float(channel_defensive), z_shift=float(channel_shift))
     return PoissonProcess(loc=float(loc), scale=float(scale), clip=float(clip), sampler=sampler,
                           alpha_lo=float(a_lo), alpha_top=float(a_top), scaling=scaling, **tabs)
 
