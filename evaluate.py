@@ -65,4 +65,4 @@ if __name__ == "__main__":
     sys.argv = _default_config_from_workdir(sys.argv)
     from infodiff import cli
 
-    app.run(cli.exit_on_user_error(main))
+    cli.run(main)

@@ -37,4 +37,4 @@ if __name__ == "__main__":
     logging.set_verbosity(logging.INFO)
     from infodiff import cli
 
-    app.run(cli.exit_on_user_error(main))
+    cli.run(main)

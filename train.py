@@ -65,4 +65,4 @@ def main(argv):
 if __name__ == "__main__":
     from infodiff import cli
 
-    app.run(cli.exit_on_user_error(main))
+    cli.run(main)

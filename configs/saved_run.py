@@ -30,7 +30,15 @@ def get_config(workdir: str) -> ml_collections.ConfigDict:
             f"{path} not found: is {workdir!r} a training workdir (python train.py --workdir ...)?"
         )
     with open(path) as f:
-        saved = json.load(f)
+        text = f.read()
+    try:
+        saved = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
+                         "restore it from a copy, or evaluate with --config configs/<experiment>.py "
+                         "and the run's settings") from None
+    if not isinstance(saved, dict):
+        raise ValueError(f"{path} must hold a JSON object (the run's config); got {type(saved).__name__}")
     experiment = saved.get("experiment", "")
     try:
         module = importlib.import_module(f"configs.{experiment}") if experiment else None

@@ -406,13 +406,15 @@ DEFAULT_PASSES = 128          # default Monte Carlo budget: forward passes per s
 
 
 def default_num_samples(process, target_BxL) -> int:
-    """DEFAULT_PASSES passes per sequence: that many samples for one-pass estimators, and
-    max(min_samples, DEFAULT_PASSES / n) rounds for those whose sample costs n passes."""
-    per = process.passes_per_sample(target_BxL) if not getattr(process, "needs_plan", False) else (
-        masked.common_target_count(target_BxL, process.estimator))
+    """DEFAULT_PASSES passes per sequence: that many samples for one-pass estimators;
+    max(min_samples, DEFAULT_PASSES / n) rounds of n passes for stratified, and twice min_samples
+    at least for neyman (whose pilot and enumerated strata come out of the same budget)."""
+    two_stage = getattr(process, "needs_plan", False)
+    per = (masked.common_target_count(target_BxL, process.estimator) if two_stage
+           else process.passes_per_sample(target_BxL))
     if per <= 1:
         return DEFAULT_PASSES
-    return max(_min_samples(process), -(-DEFAULT_PASSES // per))
+    return max(_min_samples(process) * (2 if two_stage else 1), -(-DEFAULT_PASSES // per))
 
 
 def nll(denoiser, x_BxL, key, *, process=None, estimator: str | None = None, num_samples: int | None = None,
@@ -433,8 +435,10 @@ def nll(denoiser, x_BxL, key, *, process=None, estimator: str | None = None, num
         ``schedule`` (t_dce's law, and the map from mask fraction to time for time-conditioned
         denoisers; default linear, eps 1e-4) and ``vocab_size`` (default denoiser.vocab_size).
       num_samples: Monte Carlo samples S per sequence (>= 2); a sample costs 1 forward pass, n
-        (the target count) for 'stratified' and 'neyman'. Default (None): about 128 passes per
-        sequence (:func:`default_num_samples`).
+        (the target count) for 'stratified' and 'neyman'. Default (None): 128 passes per
+        sequence, at least 8 rounds of n passes for stratified and 16 for neyman
+        (:func:`default_num_samples`). neyman stays within S n passes per sequence, pilot and
+        enumerated strata included, and reports the samples of its Monte Carlo part (S' < S).
       batch_size: rows per denoiser call.
       target_BxL: optional bool [B, L]: positions whose likelihood is estimated; the others are
         context and never noised. Default: all positions.

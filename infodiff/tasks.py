@@ -484,6 +484,8 @@ class Task:
         ev = self.config.eval
         if int(ev.num_samples) < 2:
             raise ValueError(f"config.eval.num_samples={ev.num_samples} must be >= 2 to report a standard error")
+        if "batch_size" in ev and int(ev.batch_size) < 1:
+            raise ValueError(f"config.eval.batch_size={ev.batch_size} must be >= 1 (rows per denoiser call)")
         if int(ev.get("num_generate", 0)) < 0:
             raise ValueError(f"config.eval.num_generate={ev.num_generate} must be >= 0")
         if int(ev.get("num_generate", 0)) > 0 and int(ev.get("sample_steps", 1)) < 1:

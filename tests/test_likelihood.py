@@ -219,11 +219,34 @@ def test_results_are_reproducible_from_key(tabular):
 def test_default_is_neyman_with_a_budget_of_about_128_passes(tabular, markov2):
     x = markov2.sample(np.random.default_rng(0), 2, length=16)
     est = lk.nll(markov2, x, jax.random.PRNGKey(0))
-    assert est.estimator == "neyman" and not est.is_exact
-    # max(8, 128 / 16) = 8 rounds of 16 passes (+ pilot and the enumerated strata m = 16, ...)
-    assert 128 <= est.forward_passes <= 128 + 30 + 1 + 2 * 16, est.forward_passes
+    assert est.estimator == "neyman" and not est.is_exact and not est.few_samples
+    # max(16, 128 / 16) = 16 rounds of 16 passes, pilot and enumerated strata included
+    assert 200 <= est.forward_passes <= 16 * 16, est.forward_passes
     x6 = tabular.sample(np.random.default_rng(0), 2)
-    assert lk.nll(tabular, x6, jax.random.PRNGKey(0)).is_exact  # 2^6 - 1 = 63 subsets < 128 passes
+    assert lk.nll(tabular, x6, jax.random.PRNGKey(0)).is_exact  # 2^6 - 1 = 63 subsets < 16 x 6 passes
+
+
+@pytest.mark.parametrize("n, S", [(8, 4), (11, 64), (12, 8), (12, 64), (16, 16), (20, 8)])
+def test_neyman_stays_within_its_budget(markov2, n, S):
+    """Pilot, enumerated strata and Monte Carlo rows together cost at most S n passes (or the
+    2^n - 1 of the exact mode, when that is smaller)."""
+    x = markov2.sample(np.random.default_rng(n), 2, length=n)
+    est = lk.nll(markov2, x, jax.random.PRNGKey(n), estimator="neyman", num_samples=S)
+    assert est.forward_passes <= max(S * n, 2 * n * 2) and (est.is_exact or est.num_samples >= 2)
+    if 2**n - 1 <= S * n:
+        assert est.is_exact and est.forward_passes == 2**n - 1
+    else:
+        assert not est.is_exact
+        _assert_unbiased(est, -markov2.log_prob(x), f"neyman n={n} S={S}")
+
+
+def test_a_plan_for_another_length_is_refused(markov2):
+    plan = masked.neyman_plan(None, 12, 8)
+    proc = lk.masked_process("neyman", None, 4)
+    proc = type(proc)(spec=type(proc.spec)(name="neyman", plan=plan), vocab_size=4)
+    x = markov2.sample(np.random.default_rng(0), 2, length=20)
+    with pytest.raises(ValueError, match=r"built for n = 12 .* rows have n = 20"):
+        lk.nll(markov2, x, jax.random.PRNGKey(0), process=proc, num_samples=8)
 
 
 def test_bad_input_is_refused(tabular):

@@ -434,6 +434,7 @@ class MaskedProcess:
         plan = self.spec.plan
         if self.spec.name != "neyman" or plan is None or plan.pilot or not plan.enumerated:
             return {}
+        check_plan(plan, target_BxL)
         return {"diffusion": enumerated_strata(apply_fn, params, x_BxL, target_BxL, plan.enumerated,
                                                self.spec, self.vocab_size, batch_size)}
 
@@ -466,7 +467,8 @@ class MaskedProcess:
         """(the planned neyman process, the Monte Carlo samples S' to draw) from the pilot
         values (None: no pilot was run); see :func:`neyman_plan`."""
         n = common_target_count(target_BxL, "neyman")
-        plan = neyman_plan(pilot_BxS, n, int(num_samples))
+        spent = 0 if pilot_BxS is None else (np.shape(pilot_BxS)[1] // max(n - 1, 1)) * (n - 1)
+        plan = neyman_plan(pilot_BxS, n, int(num_samples), pilot_passes=spent)
         return dataclasses.replace(self, spec=dataclasses.replace(self.spec, plan=plan)), plan.num_samples
 
     def passes_per_sample(self, target_BxL) -> int:
@@ -492,11 +494,21 @@ def common_target_count(target_BxL, name: str) -> int:
     return int(counts[0])
 
 
+def check_plan(plan: NeymanPlan, target_BxL) -> None:
+    """ValueError unless the plan was built for the rows' common target count n."""
+    n = common_target_count(target_BxL, "neyman")
+    if plan.n != n:
+        raise ValueError(f"this neyman plan was built for n = {plan.n} target positions per row, but the "
+                         f"rows have n = {n}: build the plan for these rows (masked.neyman_plan(..., n={n}, ...)) "
+                         "or let likelihood.nll plan it (MaskSpec(name='neyman') without a plan)")
+
+
 def rows_per_sample(spec: MaskSpec, target_BxL) -> int:
     """Forward passes per Monte Carlo sample: n (the common target count) for 'stratified',
     R for a planned neyman estimator (1 for its pilot), else 1. Needs a concrete target array
     for 'stratified'; raises ValueError if its rows have different target counts."""
     if spec.name == "neyman" and spec.plan is not None:
+        check_plan(spec.plan, target_BxL)
         return 1 if spec.plan.pilot else spec.plan.rows
     if spec.name not in ("stratified", "neyman"):
         return 1
@@ -536,7 +548,8 @@ def _integer_allocation(a_K: np.ndarray, R: int) -> np.ndarray:
     return counts
 
 
-def neyman_plan(pilot_BxS, n: int, num_samples: int, enumerate_strata: bool = True) -> NeymanPlan:
+def neyman_plan(pilot_BxS, n: int, num_samples: int, enumerate_strata: bool = True,
+                pilot_passes: int = 0) -> NeymanPlan:
     """The neyman allocation for rows with n target positions and a budget of S n passes.
 
     Args:
@@ -544,12 +557,15 @@ def neyman_plan(pilot_BxS, n: int, num_samples: int, enumerate_strata: bool = Tr
         (no pilot: equal allocation over m = 1..n-1).
       n: target positions per row; num_samples: S, the budget in stratified rounds (n passes).
       enumerate_strata: False keeps only m = n exact (for measuring the allocation alone).
-    Returns: a NeymanPlan. Every stratum is enumerated when 2^n - 1 <= S n (exact, SE 0);
-    otherwise m = n is, plus each stratum m whose C(n, m) passes lower variance x cost
-    ((sum a)^2 (budget + enumeration passes), greedy from the cheapest), a_m = sigma_m / m with
-    sigma_m^2 the within-sequence pilot variance pooled over sequences. A sample has
-    R = block n rows (block = min(4, S // 32), at least 1) split as n_m >= 1 proportional to
-    a_m (Neyman allocation), and S' = S // block samples are drawn.
+      pilot_passes: passes per sequence the pilot already spent (taken from the budget).
+    Returns: a NeymanPlan within the budget of S n passes per sequence. Every stratum is
+    enumerated when 2^n - 1 <= S n (exact, SE 0); otherwise m = n is, plus each stratum m whose
+    C(n, m) passes lower the variance at the remaining budget P (enumerate if
+    (A - a_m)^2 / (P - c_m) < A^2 / P, A = sum of a over the sampled strata; greedy from the
+    cheapest, keeping 2 rounds for the Monte Carlo part), a_m = sigma_m / m with sigma_m^2 the
+    within-sequence pilot variance pooled over sequences. A sample has R = block n rows
+    (block = min(4, S // 32), at least 1) split as n_m >= 1 proportional to a_m (Neyman
+    allocation); S' = max(2, P // R) samples are drawn.
     """
     budget = int(num_samples) * n
     if n == 1 or (enumerate_strata and 2**n - 1 <= budget):
@@ -561,15 +577,15 @@ def neyman_plan(pilot_BxS, n: int, num_samples: int, enumerate_strata: bool = Tr
         v = v[:, : r * (n - 1)].reshape(v.shape[0], r, n - 1)
         a = np.sqrt(np.mean(v.var(axis=1, ddof=1), axis=0)) / np.arange(1, n)
     enumerated = [n]
-    A, C = float(a.sum()), 0
+    A, P = float(a.sum()), budget - int(pilot_passes) - 1  # m = n costs one pass
     for m in sorted(range(1, n), key=lambda m: (math.comb(n, m), m)):
         c = math.comb(n, m)
-        if c > budget or not enumerate_strata:
+        if not enumerate_strata or c > P - 2 * n:
             break
-        if (A - a[m - 1]) ** 2 * (budget + C + c) < A**2 * (budget + C):
+        if A > 0 and (A - a[m - 1]) ** 2 * P < A**2 * (P - c):
             enumerated.append(m)
             A -= a[m - 1]
-            C += c
+            P -= c
     rest = [m for m in range(1, n) if m not in enumerated]
     if not rest:
         return NeymanPlan(n, enumerated=tuple(range(1, n + 1)))
@@ -577,7 +593,7 @@ def neyman_plan(pilot_BxS, n: int, num_samples: int, enumerate_strata: bool = Tr
     R = max(block * n, len(rest))
     counts = np.zeros(n, np.int64)
     counts[np.array(rest) - 1] = _integer_allocation(np.array([a[m - 1] for m in rest]), R)
-    return NeymanPlan(n, counts=tuple(int(c) for c in counts), num_samples=max(2, int(num_samples) // block),
+    return NeymanPlan(n, counts=tuple(int(c) for c in counts), num_samples=max(2, P // R),
                       enumerated=tuple(sorted(enumerated)))
 
 
