@@ -124,12 +124,13 @@ def pure_neyman(den, x, target, budget, key):
     S = budget // n
     proc = lk.masked_process("neyman", None, int(den.vocab_size))
     pilot = dataclasses.replace(proc, spec=dataclasses.replace(proc.spec, plan=masked.NeymanPlan(n, pilot=True)))
-    s_p = masked.pilot_rounds(x.shape[0], n, budget) * (n - 1)
-    pv = lk.estimate(pilot, den, x[None], target, jax.random.fold_in(key, 99), s_p, 4096)[0]
+    r, k = masked.pilot_rounds(x.shape[0], n, budget)
+    s_p = r * (n - 1)
+    pv = lk.estimate(pilot, den, x[None, :k], target[:k], jax.random.fold_in(key, 99), s_p, 4096)[0]
     plan = masked.neyman_plan(pv, n, S, enumerate_strata=False)
     planned = dataclasses.replace(proc, spec=dataclasses.replace(proc.spec, plan=plan))
     est = lk.nll(den, x, key, process=planned, num_samples=plan.num_samples, target_BxL=target, batch_size=4096)
-    est.forward_passes += s_p
+    est.forward_passes += -(-s_p * k // x.shape[0])
     return est, pv
 
 

@@ -498,12 +498,13 @@ def _planned(process, denoiser, x, target, key, num_samples, batch_size, indepen
     stage = process.pilot_stage(target, num_samples)
     pilot_vals, pilot_passes = None, 0
     if stage is not None:
-        pilot, s_pilot = stage
-        xs = x if x.ndim == 3 else x[None]
-        v = estimate(pilot, denoiser, xs, target, jax.random.fold_in(key, PILOT_KEY), int(s_pilot),
+        pilot, s_pilot, k = stage
+        xs = (x if x.ndim == 3 else x[None])[:, :k]
+        v = estimate(pilot, denoiser, xs, target[:k], jax.random.fold_in(key, PILOT_KEY), int(s_pilot),
                      batch_size, independent=independent)
         pilot_vals = v[0] if len(v) == 1 else v[1] - v[0]
-        pilot_passes = len(v) * int(s_pilot) * pilot.passes_per_sample(target)
+        # per sequence of the batch (the first k were piloted), both inputs of a pair counted
+        pilot_passes = -(-len(v) * k * int(s_pilot) * pilot.passes_per_sample(target[:k]) // target.shape[0])
     planned, S = process.plan(pilot_vals, target, num_samples)
     return planned, S, pilot_passes
 

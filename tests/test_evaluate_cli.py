@@ -106,3 +106,21 @@ def test_oracle_cli_refuses_bad_settings_before_running(tmp_path, args, message)
     r = _run(args + [f"--config.eval.output_dir={tmp_path / 'o'}"])
     assert r.returncode != 0 and message in r.stderr, r.stderr[-2000:]
     assert not (tmp_path / "o" / "report.json").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--config", "configs/oracle_tabular.py", "--config.eval.num_sequence=4"],
+     "error: unknown config key --config.eval.num_sequence ('num_sequence' is not in the config); "
+     "did you mean 'num_sequences'?"),
+    (["--config", "configs/oracle_tabular.py", "--config.eval.num_sequences=abc"],
+     "error: IllegalFlagValueError: flag --config.eval.num_sequences=abc: invalid literal for int()"),
+    (["--workdir", "GARBLED"], "config.json is not valid JSON (Expecting value at line 2 column 1)"),
+])
+def test_flag_parsing_errors_are_one_line(tmp_path, args, message):
+    """A misspelt key, a bad value or a garbled saved config: one line on stderr, exit status 1."""
+    (tmp_path / "config.json").write_text('{"model": \n')
+    args = [str(tmp_path) if a == "GARBLED" else a for a in args]
+    r = _run(args)
+    assert r.returncode == 1, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], r.stderr

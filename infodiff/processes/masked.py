@@ -48,16 +48,16 @@ The `neyman` estimator (ours) allocates the passes of a sample to the strata in 
 a_m = sigma_m / m (Neyman allocation, Cochran, *Sampling Techniques*, 1977, §5.5), sigma_m the
 spread of C_m = sum_{i in S} -log c(z_S)_{i, x_i} over uniform m-subsets S. Three stages
 (:func:`neyman_plan`):
-  1. pilot: a separate run of ``pilot_rounds`` draws of every stratum m = 1..n-1 pooled over the
-     sequences gives sigma_m (kept out of the estimate, so the allocation never weights the
-     samples it was chosen from: the estimate is exactly unbiased);
+  1. pilot: a separate run of 16 draws of every stratum m = 1..n-1, pooled over the first
+     min(B, 8) sequences (:func:`pilot_rounds`), gives sigma_m (kept out of the estimate, so the
+     allocation never weights the samples it was chosen from: the estimate is exactly unbiased);
   2. enumeration: the deterministic stratum m = n (one subset) and every stratum whose
-     C(n, m) subsets cost less than the variance they remove are computed exactly (exact term
+     C(n, m) subsets lower the variance at the remaining budget are computed exactly (exact term
      'diffusion'); if all 2^n - 1 subsets fit the budget, everything is enumerated (SE 0);
   3. the remaining strata share a sample of R = block x n rows (block = min(4, S // 32)) as
      integers n_m >= 1 proportional to a_m; row weights 1 / (m n_m). Every sampled stratum
-     has at least one row in every sample, so the estimate is exactly unbiased; S // block
-     samples are drawn (the same passes as S stratified rounds).
+     has at least one row in every sample, so the estimate is exactly unbiased; the samples
+     that fit the rest of the budget of S n passes are drawn.
 Samples are i.i.d. given the plan, so the plain sample SE applies.
 """
 
@@ -452,22 +452,25 @@ class MaskedProcess:
         return self.spec.name == "neyman" and self.spec.plan is None
 
     def pilot_stage(self, target_BxL, num_samples: int):
-        """(pilot process, pilot samples per row) or None when no pilot is needed (everything
-        enumerated) or affordable (the uniform allocation is used). See :func:`pilot_rounds`."""
+        """(pilot process, pilot samples per piloted row, number k of rows piloted: the first k)
+        or None when no pilot is needed (everything enumerated) or affordable (equal allocation
+        is used). See :func:`pilot_rounds`."""
         n = common_target_count(target_BxL, "neyman")
         budget = num_samples * n
         if n == 1 or 2**n - 1 <= budget:
             return None
-        r = pilot_rounds(target_BxL.shape[0], n, budget)
+        r, k = pilot_rounds(target_BxL.shape[0], n, budget)
         if r == 0:
             return None
-        return dataclasses.replace(self, spec=dataclasses.replace(self.spec, plan=NeymanPlan(n, pilot=True))), r * (n - 1)
+        pilot = dataclasses.replace(self, spec=dataclasses.replace(self.spec, plan=NeymanPlan(n, pilot=True)))
+        return pilot, r * (n - 1), k
 
     def plan(self, pilot_BxS, target_BxL, num_samples: int) -> tuple["MaskedProcess", int]:
         """(the planned neyman process, the Monte Carlo samples S' to draw) from the pilot
         values (None: no pilot was run); see :func:`neyman_plan`."""
         n = common_target_count(target_BxL, "neyman")
-        spent = 0 if pilot_BxS is None else (np.shape(pilot_BxS)[1] // max(n - 1, 1)) * (n - 1)
+        B = np.shape(target_BxL)[0]
+        spent = 0 if pilot_BxS is None else -(-np.shape(pilot_BxS)[0] * np.shape(pilot_BxS)[1] // B)
         plan = neyman_plan(pilot_BxS, n, int(num_samples), pilot_passes=spent)
         return dataclasses.replace(self, spec=dataclasses.replace(self.spec, plan=plan)), plan.num_samples
 
@@ -524,14 +527,18 @@ NEYMAN_BLOCK_MAX = 4     # a sample spans up to this many stratified rounds (n r
 NEYMAN_MIN_SAMPLES = 32  # ... while keeping at least this many samples for the standard error
 
 
-def pilot_rounds(num_sequences: int, n: int, budget: int) -> int:
-    """Pilot draws r per stratum and sequence: max(2, ceil(16 / B)), or 0 (no pilot: equal
-    allocation) when r (n - 1) passes would exceed PILOT_SHARE_MAX of the per-sequence
-    ``budget``."""
-    r = max(2, -(-PILOT_DRAWS_POOLED // max(num_sequences, 1)))
-    while r > 2 and r * (n - 1) > PILOT_SHARE_MAX * budget:
+def pilot_rounds(num_sequences: int, n: int, budget: int) -> tuple[int, int]:
+    """(r, k): r pilot draws per stratum on each of the first k sequences, r k >= 16 pooled
+    draws per stratum (r >= 2 for a within-sequence variance; k = min(B, 8) when B >= 8).
+    (0, 0) (no pilot: equal allocation) when the pilot's r (n - 1) k / B passes per sequence
+    would exceed PILOT_SHARE_MAX of the per-sequence ``budget``."""
+    B = max(int(num_sequences), 1)
+    k = min(B, PILOT_DRAWS_POOLED // 2)
+    r = max(2, -(-PILOT_DRAWS_POOLED // k))
+    cost = lambda r: r * (n - 1) * k / B  # noqa: E731
+    while r > 2 and cost(r) > PILOT_SHARE_MAX * budget:
         r -= 1
-    return r if r * (n - 1) <= PILOT_SHARE_MAX * budget else 0
+    return (r, k) if cost(r) <= PILOT_SHARE_MAX * budget else (0, 0)
 
 
 def _integer_allocation(a_K: np.ndarray, R: int) -> np.ndarray:
