@@ -521,7 +521,7 @@ def rows_per_sample(spec: MaskSpec, target_BxL) -> int:
 # ---------------------------------------------------------------------------------------------
 # The neyman estimator: pilot, plan, enumeration (module docstring)
 # ---------------------------------------------------------------------------------------------
-PILOT_DRAWS_POOLED = 16  # pilot draws per stratum, pooled over the sequences (at least 2 each)
+PILOT_DRAWS_POOLED = 32  # pilot draws per stratum, pooled over the sequences (at least 2 each)
 PILOT_SHARE_MAX = 0.25   # the pilot never costs more than this share of the budget
 NEYMAN_BLOCK_MAX = 4     # a sample spans up to this many stratified rounds (n rows each) ...
 NEYMAN_MIN_SAMPLES = 32  # ... while keeping at least this many samples for the standard error
