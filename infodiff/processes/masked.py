@@ -48,8 +48,8 @@ The `neyman` estimator (ours) allocates the passes of a sample to the strata in 
 a_m = sigma_m / m (Neyman allocation, Cochran, *Sampling Techniques*, 1977, §5.5), sigma_m the
 spread of C_m = sum_{i in S} -log c(z_S)_{i, x_i} over uniform m-subsets S. Three stages
 (:func:`neyman_plan`):
-  1. pilot: a separate run of 16 draws of every stratum m = 1..n-1, pooled over the first
-     min(B, 8) sequences (:func:`pilot_rounds`), gives sigma_m (kept out of the estimate, so the
+  1. pilot: a separate run of 32 draws of every stratum m = 1..n-1, pooled over the first
+     min(B, 16) sequences (:func:`pilot_rounds`), gives sigma_m (kept out of the estimate, so the
      allocation never weights the samples it was chosen from: the estimate is exactly unbiased);
   2. enumeration: the deterministic stratum m = n (one subset) and every stratum whose
      C(n, m) subsets lower the variance at the remaining budget are computed exactly (exact term
@@ -528,8 +528,8 @@ NEYMAN_MIN_SAMPLES = 32  # ... while keeping at least this many samples for the 
 
 
 def pilot_rounds(num_sequences: int, n: int, budget: int) -> tuple[int, int]:
-    """(r, k): r pilot draws per stratum on each of the first k sequences, r k >= 16 pooled
-    draws per stratum (r >= 2 for a within-sequence variance; k = min(B, 8) when B >= 8).
+    """(r, k): r pilot draws per stratum on each of the first k sequences, r k >= PILOT_DRAWS_POOLED (32) pooled
+    draws per stratum (r >= 2 for a within-sequence variance; k = min(B, 16)).
     (0, 0) (no pilot: equal allocation) when the pilot's r (n - 1) k / B passes per sequence
     would exceed PILOT_SHARE_MAX of the per-sequence ``budget``."""
     B = max(int(num_sequences), 1)
