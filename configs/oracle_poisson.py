@@ -24,6 +24,8 @@ Measured: see RESULTS.md (Poisson oracle lines) and docs/poisson.md §3.5.
 
 import ml_collections
 
+from configs import poisson_common
+
 
 def get_config():
     c = ml_collections.ConfigDict()
@@ -46,13 +48,7 @@ def get_config():
     c.eval.sampler = "stratified"  # stratified (default; SE from strata pairs) | logistic | qmc | grid
     c.eval.num_samples = 1000     # log-SNR draws per example (per-example SEs calibrated at 1000, not 200: docs/poisson.md §3.5)
     c.eval.proposal = "auto"      # auto | paper (-1, 5, 4) | manual (eval.loc / scale / clip)
-    c.eval.loc = -1.0
-    c.eval.scale = 5.0
-    c.eval.clip = 4.0
-    c.eval.channel_defensive = 0.3  # defensive channel mixture eps (0 = plain Poisson draw, as before; docs/poisson.md §3.5)
-    c.eval.channel_shift = 2.0    # its shifted components, in channel standard deviations
-    c.eval.high_snr_guard = ""    # '' or 'round' (lattice rounding above eval.alpha_guard; exact tail)
-    c.eval.alpha_guard = 30.0
+    poisson_common.estimator_settings(c.eval)
     c.eval.num_examples = 2000
     c.eval.batch_size = 4096
     c.eval.seed = 1234

@@ -8,6 +8,18 @@ import ml_collections
 from configs import common
 
 
+def estimator_settings(ev: ml_collections.ConfigDict) -> None:
+    """The Poisson NLL estimator's eval keys shared by network and oracle mode: the manual
+    proposal (loc, scale, clip), the defensive channel draw and the high-SNR guard."""
+    ev.loc = -1.0
+    ev.scale = 5.0
+    ev.clip = 4.0
+    ev.channel_defensive = 0.3  # defensive channel mixture eps (0 = plain Poisson draw, as before; docs/poisson.md §3.5)
+    ev.channel_shift = 2.0    # its shifted components, in channel standard deviations
+    ev.high_snr_guard = ""    # '' or 'round' (lattice rounding above eval.alpha_guard; exact tail)
+    ev.alpha_guard = 30.0
+
+
 def base(experiment: str) -> ml_collections.ConfigDict:
     """Every key a Poisson config has, with CPU-sized defaults (an MLP on 1-D counts)."""
     c = ml_collections.ConfigDict()
@@ -58,13 +70,7 @@ def base(experiment: str) -> ml_collections.ConfigDict:
     c.eval.sampler = "stratified"  # stratified (SE from strata pairs) | logistic (iid; old default) | qmc | grid
     c.eval.num_samples = 100      # log-SNR draws per example (paper: 100; per-example SEs need ~1000 in 1-D: docs/poisson.md §3.5)
     c.eval.proposal = "auto"      # auto (recipe v2, docs/poisson.md §3.5) | train (same as process) | auto_v1 | paper | manual
-    c.eval.loc = -1.0
-    c.eval.scale = 5.0
-    c.eval.clip = 4.0
-    c.eval.channel_defensive = 0.3  # defensive channel mixture eps (0 = plain Poisson draw, as before; docs/poisson.md §3.5)
-    c.eval.channel_shift = 2.0    # its shifted components, in channel standard deviations
-    c.eval.high_snr_guard = ""    # '' or 'round' (lattice rounding above eval.alpha_guard; exact tail)
-    c.eval.alpha_guard = 30.0
+    estimator_settings(c.eval)
     c.eval.batch_size = 4096      # rows per forward pass
     c.eval.use_ema = True
     c.eval.seed = 1234
