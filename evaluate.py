@@ -50,9 +50,10 @@ def main(argv):
     del argv
     if FLAGS.config is None:
         raise app.UsageError("give --workdir (a training run) or --config (e.g. configs/oracle_markov.py)")
-    from infodiff import evaluation, training  # one path for every process and mode (imports jax)
+    from infodiff import config_usage, evaluation, training  # one path for every process and mode (imports jax)
 
     training.quiet_library_logs()
+    config_usage.check_overrides(FLAGS.config, config_usage.override_keys(sys.argv))
 
     report, out_dir = evaluation.evaluate(FLAGS.config, FLAGS.workdir)
     print(evaluation.format_report(report))  # printed first: a failed write loses nothing

@@ -8,7 +8,8 @@
 One path for every process: :func:`infodiff.tasks.make_task` (what is trained: model, loss,
 data) and :func:`infodiff.training.train` (the loop).
 
-The config is locked: overriding a key that does not exist (a typo) is an error. Rerunning with
+The config is locked: overriding a key that does not exist (a typo) is an error, and so is
+overriding one that this run does not read (infodiff/config_usage.py). Rerunning with
 the same --workdir resumes from its latest checkpoint (only train.num_steps and the log / eval /
 checkpoint cadence may change). SIGINT / SIGTERM save a checkpoint and exit with status
 128 + signal number, so a scheduler sees the job as interrupted and can requeue it.
@@ -47,14 +48,16 @@ flags.mark_flag_as_required("workdir")
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected positional arguments: {argv[1:]}")
-    from infodiff import tasks, training  # imports jax; after flag parsing so --help is fast
+    from infodiff import config_usage, tasks, training  # imports jax; after flag parsing so --help is fast
 
     if not _LIBRARY_LOGS.value:
         training.quiet_library_logs()
     logging.set_verbosity(logging.INFO)
 
     config = _CONFIG.value
-    logging.info("config:\n%s", config)
+    # An override of a key this run does not read (e.g. process.loc without proposal 'manual').
+    config_usage.check_overrides(config, config_usage.override_keys(sys.argv))
+    # The resolved config is written to WORKDIR/config.json (not dumped to the terminal).
     result = training.train(tasks.make_task(config), _WORKDIR.value)
     print(json.dumps({k: v for k, v in result.items()}, indent=2, sort_keys=True, default=str))
     if result.get("interrupted"):

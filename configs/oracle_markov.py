@@ -16,7 +16,6 @@ from configs import oracle_common
 def get_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.experiment = "oracle_markov"
-    c.seed = 0
 
     c.data = ml_collections.ConfigDict()
     c.data.name = "markov"

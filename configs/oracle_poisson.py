@@ -32,7 +32,6 @@ def get_config():
     c.experiment = "oracle_poisson"
 
     c.data = ml_collections.ConfigDict()
-    c.data.name = "synthetic"
     c.data.distribution = ""      # a name of count_synthetic.NAMES ('' = zip unless data.path)
     c.data.path = ""              # JSON pmf {count: probability} (1-D), instead of data.distribution
     c.data.dim = 1                # iid coordinates per example (1-D laws)

@@ -170,11 +170,16 @@ def make_mask_spec(config: ml_collections.ConfigDict) -> masked.MaskSpec:
     ``k_dce``, ``lambda_dce`` and ``time_free`` ignore it.
 
     Raises:
-      ValueError: not a masked run; unknown objective or schedule, invalid eps / finite_T.
+      ValueError: not a masked run; unknown objective or schedule, invalid eps / finite_T,
+        finite_T > 0 with an objective other than t_dce.
     """
     p = config.process
     if process_name(config) != "masked":
         raise ValueError(f"config.process.name={p.name!r}: a mask spec is for 'masked' runs")
+    if int(p.finite_T) > 0 and p.objective != "t_dce":
+        # A key this objective does not read is an error, not silence (infodiff/config_usage.py).
+        raise ValueError(f"config.process.finite_T={p.finite_T} is read only by objective 't_dce' (MD4's "
+                         f"discrete-time ELBO), not by {p.objective!r}: set finite_T=0 or objective='t_dce'")
     return masked.MaskSpec(
         name=p.objective,
         schedule=schedules_lib.get_schedule(p.schedule, eps=p.eps),

@@ -69,8 +69,9 @@ def git_info(path: str | None = None) -> dict | None:
 
 
 def common(config, seed: int, t0: float) -> dict:
-    """The keys every report ends with (``argv``: the command line; ``git``: :func:`git_info`)."""
-    return {"seed": int(seed), "wall_time_s": time.time() - t0, "env": env(), "argv": list(sys.argv),
+    """The keys every report ends with (``experiment``: the config's name; ``argv``: the command
+    line; ``git``: :func:`git_info`)."""
+    return {"experiment": str(config.get("experiment", "")), "seed": int(seed), "wall_time_s": time.time() - t0, "env": env(), "argv": list(sys.argv),
             "git": git_info(), "config": json.loads(config.to_json_best_effort())}
 
 

@@ -1,0 +1,122 @@
+"""A config key that the chosen mode does not read is an error (infodiff/config_usage.py).
+
+For each config, a tiny real run (train + evaluate, or an oracle evaluation) under
+``config_usage.track_reads`` must leave unread exactly the keys that ``config_usage.CONDITIONAL``
+declares unread for that config: a new dead key, or a declaration that no longer matches the
+code, fails here. The default suite covers one config per process, data source and mode;
+``INFODIFF_ALL_CONFIGS=1`` runs every shipped config that needs no external file or download.
+Then the refusal itself: an override of such a key is one line at the command line, before any
+work.
+"""
+
+import importlib
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from infodiff import config_usage as cu
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Shrinks a run to seconds without changing which keys it reads (only values of keys it has).
+TINY = {"model.num_layers": 1, "model.width": 32, "model.num_heads": 2, "model.hidden": 16, "model.channels": 8,
+        "model.emb_dim": 16, "data.seq_len": 16, "data.num_train": 256, "data.num_valid": 64, "data.num_test": 64,
+        "train.batch_size": 8, "train.num_steps": 2, "train.log_every": 1, "train.eval_every": 1,
+        "train.eval_batches": 1, "train.ckpt_every": 1, "optim.warmup_steps": 0,
+        "eval.num_samples": 2, "eval.max_sequences": 4, "eval.max_examples": 4, "eval.num_generate": 2,
+        "eval.sample_steps": 2, "eval.batch_size": 64}
+ORACLE_TINY = {"eval.num_samples": 16, "eval.num_examples": 16, "eval.num_generate": 64,
+               "eval.sampler_steps": (4,)}
+
+DEFAULT = ["masked_text", "sedd_absorb_text", "poisson_synthetic", "poisson_digits",
+           "oracle_tabular", "oracle_poisson", "oracle_sedd_markov"]
+EVERY = DEFAULT + ["poisson_chorales", "sedd_uniform_text", "oracle_markov", "oracle_sedd_tabular", "poisson_fashion_mnist"]
+CONFIGS = EVERY if os.environ.get("INFODIFF_ALL_CONFIGS") else DEFAULT
+
+
+def _shrink(c, sizes):
+    for k, v in sizes.items():
+        g, n = k.split(".")
+        if g in c and n in c[g] and not (n == "sampler_steps" and not c[g][n]):
+            c[g][n] = v
+
+
+def _unread_after_a_run(name, tmp_path):
+    from infodiff import evaluation, tasks, training
+
+    c = importlib.import_module(f"configs.{name}").get_config()
+    oracle = c.eval.get("mode", "network") == "oracle"
+    _shrink(c, ORACLE_TINY if oracle else TINY)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if oracle:
+            c.eval.output_dir = str(tmp_path)
+            with cu.track_reads(c) as reads:
+                evaluation.evaluate(c, None)
+        else:
+            with cu.track_reads(c) as reads:
+                training.train(tasks.make_task(c), str(tmp_path))
+                evaluation.evaluate(c, str(tmp_path))
+    return c, cu.leaf_keys(c) - reads
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_key_is_read_or_declared_unread(name, tmp_path):
+    c, unread = _unread_after_a_run(name, tmp_path)
+    declared = set(cu.not_read(c))
+    assert unread == declared, (f"{name}: read by no run and not declared: {sorted(unread - declared)}; "
+                                f"declared unread but read: {sorted(declared - unread)}")
+
+
+def test_tracking_counts_reads_not_dumps():
+    from configs import masked_text
+
+    c = masked_text.get_config()
+    with cu.track_reads(c) as reads:
+        c.to_json_best_effort()
+        str(c)
+        _ = c.model.width, c.eval.get("seed"), dict(c.optim.items())
+    assert reads == {"model.width", "eval.seed"} | {f"optim.{k}" for k in c.optim.keys()}
+    assert type(c.model).__name__ == "ConfigDict"  # restored
+
+
+def test_override_of_an_unread_key_is_refused():
+    from configs import poisson_synthetic
+
+    c = poisson_synthetic.get_config()
+    assert c.process.proposal != "manual"
+    with pytest.raises(ValueError, match=r"process\.loc is not read .* process\.proposal = 'manual'"):
+        cu.check_overrides(c, ["process.loc"])
+    cu.check_overrides(c, ["process.proposal", "optim.lr"])  # read: accepted
+    c.process.proposal = "manual"
+    cu.check_overrides(c, ["process.loc", "process.proposal"])
+    assert cu.override_keys(["x.py", "--config.process.loc=1", "--config", "f.py", "--config.eval.seed", "3"]) == [
+        "process.loc", "eval.seed"]
+
+
+def test_finite_T_needs_t_dce():
+    from configs import masked_text
+    from infodiff import tasks
+
+    c = masked_text.get_config()
+    c.process.finite_T = 10
+    with pytest.raises(ValueError, match=r"finite_T=10 is read only by objective 't_dce'"):
+        tasks.make_task(c)
+    c.process.objective = "t_dce"
+    tasks.make_task(c)
+
+
+def test_cli_refuses_an_unread_override_in_one_line(tmp_path):
+    r = subprocess.run([sys.executable, str(REPO / "evaluate.py"), "--config", str(REPO / "configs/oracle_poisson.py"),
+                        "--config.eval.loc=0.5", f"--config.eval.output_dir={tmp_path}"],
+                       capture_output=True, text=True, cwd=REPO, timeout=120,
+                       env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert r.returncode == 1, r.stderr
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    assert lines[-1].startswith("error: ValueError: config key eval.loc is not read by this run"), r.stderr
+    assert "eval.proposal = 'manual'" in lines[-1] and "Traceback" not in r.stderr
+    assert not (tmp_path / "report.json").exists()
