@@ -54,6 +54,7 @@ from infodiff.training.state import (
     make_mesh,
     make_optimizer,
     step_key,
+    warmup_warning,
 )
 from infodiff.training.workdir import StorageError, WorkdirLock, WorkdirLockedError
 
@@ -98,4 +99,5 @@ __all__ = [
     "step_key",
     "train",
     "truncate_metrics",
+    "warmup_warning",
 ]
