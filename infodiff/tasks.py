@@ -518,6 +518,12 @@ class Task:
 
     units: dict = {}
 
+    @property
+    def train_loss_is_nll(self) -> bool:
+        """Whether the training ``loss`` in metrics.jsonl is in nats per item like the validation
+        loss; False for a training weighting that is not a likelihood (training curves say so)."""
+        return True
+
     def generate(self, denoiser, key) -> dict:
         """``eval.num_generate`` samples: ``{'samples' (JSON list), 'array', 'sampler',
         'sample_steps'}`` or {}."""
@@ -857,8 +863,12 @@ class PoissonTask(Task):
                 self.data.name, num_params, self.dim, self.data.max_count + 1, self.batch_size,
                 start_step, end_step, *self.proposal, mesh.devices.flat[0].platform)
 
+    @property
+    def train_loss_is_nll(self):
+        return str(self.config.process.weighting) == "likelihood"  # 'paper': ItDPDM Alg. 1
+
     def train_log(self, step, num_steps, avg, eta):
-        if str(self.config.process.weighting) == "likelihood":
+        if self.train_loss_is_nll:
             return ("step %d/%d: loss %.4f nats/example, %.4f bits/dim, grad_norm %.3f, lr %.2e, "
                     "%.1f steps/s, ETA %.0fs", step, num_steps, avg["loss"], avg["bpd"],
                     avg["grad_norm"], avg["lr"], avg["steps_per_s"], eta)

@@ -271,6 +271,35 @@ def test_lr_schedule_and_optimizer():
     np.testing.assert_allclose(out, -np.log(27.0), rtol=1e-6)  # zero-initialised head
 
 
+@pytest.mark.parametrize("decay", ["cosine", "constant"])
+def test_warmup_warning_only_when_the_run_ends_inside_the_warmup(decay):
+    def warning(num_steps, warmup):
+        return training.warmup_warning(tiny_config(**{"train.num_steps": num_steps,
+                                                      "optim.warmup_steps": warmup, "optim.decay": decay}))
+
+    msg = warning(100, 300)
+    assert msg.startswith("config.train.num_steps=100 ends inside the 300-step warmup "
+                          "(config.optim.warmup_steps): the learning rate never reaches config.optim.lr=0.003")
+    assert "peaks at 0.00099," in msg and "lower config.optim.warmup_steps or train longer" in msg
+    # num_steps == warmup: the last update (step 299) is still at 299/300 of the peak
+    msg = warning(300, 300)
+    assert "num_steps=300 ends inside the 300-step warmup" in msg and "peaks at 0.00299," in msg
+    for num_steps, warmup in [(301, 300), (30, 2), (5, 0), (0, 200)]:
+        assert warning(num_steps, warmup) is None, (num_steps, warmup)
+
+
+def test_run_inside_the_warmup_logs_one_warning(tmp_path, caplog):
+    """The loop logs the warning once, at the start (when none is due: the test above)."""
+    import logging as logging_std
+
+    with caplog.at_level(logging_std.WARNING):
+        train_run(tiny_config(**{"train.num_steps": 2, "optim.warmup_steps": 2, "train.ckpt_every": 2}),
+                  tmp_path / "short")
+    lines = [r.getMessage() for r in caplog.records if "warmup" in r.getMessage()]
+    assert lines == [training.warmup_warning(tiny_config(**{"train.num_steps": 2, "optim.warmup_steps": 2}))]
+    assert "num_steps=2 ends inside the 2-step warmup" in lines[0]
+
+
 # ---------------------------------------------------------------------------------------------
 # Data parallelism
 # ---------------------------------------------------------------------------------------------

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
-__all__ = ["count_samples_png"]
+__all__ = ["count_samples_png", "training_curves", "training_curves_png"]
+
+# Labels of the bits metric a task logs (Task.metric) when the report's units are not given.
+_BITS_UNITS = {"bpc": {"nll": "nats per sequence", "bits": "bits per character"},
+               "bpd": {"nll": "nats per example", "bits": "bits per dimension"}}
 
 
 def _pyplot():
@@ -84,3 +89,138 @@ def count_samples_png(path: str, data, samples_NxD: np.ndarray, dist=None) -> No
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def training_curves(records: list[dict]) -> dict:
+    """The curves of a run's metrics.jsonl records (:func:`infodiff.training.read_metrics`).
+
+    Returns ``{"train": c, "valid": c, "bits_key": 'bpc' | 'bpd' | None, "resumes_s": [...]}``,
+    each ``c`` a dict of arrays over its split's records sorted by step: float64 ``step``,
+    ``time_s`` (wall-clock seconds of training: each session's ``wall_time``, seconds since its
+    own start, continues from the previous session's last record; a session starts where
+    ``wall_time`` goes back), ``loss`` (nats per item), ``bits`` (NaN without a bits key); bool
+    ``partial`` (a window cut by a resume or an interruption); int ``session`` (0, 1, ... per
+    (re)start). ``resumes_s``: the joined times at which the later sessions started. A step
+    recorded twice in a split (a finished run started again validates its last step again)
+    keeps the last record. Records without ``step`` / ``split`` / ``metrics`` are skipped.
+    """
+    offset, prev, resumes = 0.0, None, []
+    rows = {"train": {}, "valid": {}}
+    keys = {k for r in records for k in (r.get("metrics") or {}) if k in _BITS_UNITS}
+    bits_key = next((k for k in _BITS_UNITS if k in keys), None)
+    for r in records:
+        m, split = r.get("metrics"), r.get("split")
+        if split not in rows or not isinstance(m, dict) or "step" not in r:
+            continue
+        t = float(r.get("wall_time", 0.0))
+        if prev is not None and t < prev:  # a new session of a resumed run
+            offset += prev
+            resumes.append(offset)
+        prev = t
+        rows[split][int(r["step"])] = (offset + t, float(m.get("loss", np.nan)),
+                                       float(m.get(bits_key, np.nan)) if bits_key else np.nan,
+                                       bool(r.get("partial", False)), len(resumes))
+    out = {"bits_key": bits_key, "resumes_s": resumes}
+    for split, by_step in rows.items():
+        steps = sorted(by_step)
+        vals = [by_step[s] for s in steps]
+        out[split] = {"step": np.asarray(steps, np.float64),
+                      "time_s": np.asarray([v[0] for v in vals], np.float64),
+                      "loss": np.asarray([v[1] for v in vals], np.float64),
+                      "bits": np.asarray([v[2] for v in vals], np.float64),
+                      "partial": np.asarray([v[3] for v in vals], bool),
+                      "session": np.asarray([v[4] for v in vals], np.int64)}
+    return out
+
+
+def _line(curve: dict, xkey: str, ykey: str, div: float) -> tuple[np.ndarray, np.ndarray]:
+    """x / div, y of a curve; on the time axis with NaN between sessions (no line across a
+    restart, whose start-up time is not training)."""
+    x, y = curve[xkey] / div, curve[ykey]
+    if xkey != "time_s":
+        return x, y
+    cut = np.flatnonzero(np.diff(curve["session"])) + 1
+    return np.insert(x, cut, np.nan), np.insert(y, cut, np.nan)
+
+
+def _time_unit(seconds: float) -> tuple[str, float]:
+    if seconds < 120:
+        return "s", 1.0
+    return ("min", 60.0) if seconds < 7200 else ("h", 3600.0)
+
+
+def training_curves_png(path: str, metrics_jsonl_path: str, units: dict | None = None,
+                        train_loss_is_nll: bool = True) -> str:
+    """Draw a run's training curves from its metrics.jsonl into the PNG ``path``; returns ``path``.
+
+    A 2 x 2 figure: training loss (mean of each log window, raw parameters) and validation
+    loss (fixed batches, EMA parameters) in ``units['nll']``, and the same in ``units['bits']``
+    (bits per character / dimension), against the training step (left) and against the
+    training wall-clock time (right; resumed sessions joined, each resume a dotted line, no line
+    drawn across it: :func:`training_curves`). Partial windows are drawn as open circles.
+
+    Args:
+      path: the PNG to write (matplotlib, Agg).
+      metrics_jsonl_path: the run's ``metrics.jsonl`` (:func:`infodiff.training.train`).
+      units: the report's ``units`` (keys ``nll``, ``bits``); default from the bits key of the
+        records ('bpc': nats per sequence, bits per character; 'bpd': per example / dimension).
+      train_loss_is_nll: False when the training loss is not a likelihood (the Poisson task's
+        'paper' weighting): the training curves are labelled as not in those units.
+
+    Raises:
+      FileNotFoundError: no ``metrics_jsonl_path``.
+      ValueError: it has no validation record (nothing to draw the training loss against).
+      OSError: the PNG cannot be written.
+    """
+    from infodiff import training
+
+    c = training_curves(training.read_metrics(metrics_jsonl_path))
+    tr, va, bits_key = c["train"], c["valid"], c["bits_key"]
+    if not len(va["step"]):
+        raise ValueError(f"{metrics_jsonl_path} has no validation records (split 'valid'; one is "
+                         "written every train.eval_every steps and at the end of a run)")
+    units = dict(_BITS_UNITS.get(bits_key, {"nll": "nats per item", "bits": "bits"}), **(units or {}))
+    rows = [("loss", f"loss ({units['nll']})")]
+    if bits_key:
+        rows.append(("bits", units["bits"]))
+    t_unit, t_div = _time_unit(float(max(tr["time_s"].max(initial=0.0), va["time_s"].max())))
+    train_label = "train (window mean)" if train_loss_is_nll else "train (training weighting: not these units)"
+    plt = _pyplot()
+    from matplotlib import ticker
+
+    fig, axes = plt.subplots(len(rows), 2, figsize=(11, 3.6 * len(rows)), squeeze=False)
+    for i, (key, ylabel) in enumerate(rows):
+        for j, (xkey, div, xlabel) in enumerate((
+                ("step", 1.0, "training step"),
+                ("time_s", t_div, f"training wall-clock time ({t_unit}; resumed sessions joined)"))):
+            ax = axes[i, j]
+            if len(tr["step"]):
+                ax.plot(*_line(tr, xkey, key, div), "-", color="C0", lw=1.2, label=train_label,
+                        marker="." if len(tr["step"]) <= 60 else None)
+                part = tr["partial"]
+                if part.any():
+                    ax.plot(tr[xkey][part] / div, tr[key][part], "o", mfc="none", color="C0",
+                            label="partial window (resume / interruption)")
+            ax.plot(*_line(va, xkey, key, div), "o-", color="C1", lw=1.5,
+                    ms=4, label="validation (EMA)")
+            if xkey == "time_s":
+                for k, t in enumerate(c["resumes_s"]):
+                    ax.axvline(t / div, color="0.5", ls=":", lw=1, label="resumed" if k == 0 else None)
+            # from the run's start (step 0; the time before its first record) to its last record
+            xmax = max(tr[xkey].max(initial=0.0), va[xkey].max()) / div
+            ax.set_xlim(0, 1.03 * xmax if xmax > 0 else 1.0)
+            if xkey == "step":
+                ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+            if i == 0 and (j == 0 or c["resumes_s"]):
+                ax.legend(fontsize=8)
+    last = int(va["step"][-1])
+    final = (f"{va['bits'][-1]:.4f} {units['bits']}" if bits_key else f"{va['loss'][-1]:.4f} {units['nll']}")
+    name = os.path.basename(os.path.dirname(os.path.abspath(metrics_jsonl_path)))
+    fig.suptitle(f"training curves of {name}: validation at step {last}: {final}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

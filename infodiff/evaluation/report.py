@@ -7,7 +7,8 @@ the checkout infodiff was imported from, or None outside a git checkout), ``conf
 ``infinite_variance``, ``data``, ``nll``, ``nll_stderr``, ``stderr_kind``, ``stderr_mc``,
 ``stderr_data_and_mc``, ``bits``, ``bits_stderr``, ``terms``, ``num_samples_per_item``,
 ``forward_passes``, ``per_sample_std``, ``samples``, ``extras``, ``se_method``, ``se_note``,
-``exact``, ``min_samples``, ``few_samples_per_item``. An oracle report adds
+``exact``, ``min_samples``, ``few_samples_per_item``, ``plot_notes`` (why a figure, e.g. the
+training curves, was not drawn). An oracle report adds
 ``oracle`` and ``results`` with lists of rows (:func:`oracle_row`) and ``samplers``.
 """
 
@@ -36,7 +37,7 @@ NETWORK_KEYS = ("workdir", "checkpoint_step", "params", "data", "estimator", "in
                 "num_samples_per_item", "forward_passes", "nll", "nll_stderr", "stderr_kind", "stderr_mc",
                 "stderr_data_and_mc", "bits", "bits_stderr", "terms", "per_sample_std", "samples",
                 "sampler", "sample_steps", "extras", "se_method", "se_note", "exact", "min_samples",
-                "few_samples_per_item")
+                "few_samples_per_item", "plot_notes")
 ORACLE_KEYS = ("oracle", "num_items", "item_size", "prompt_len", "results")
 ROW_KEYS = ("estimator", "mean_estimate", "mean_exact", "bias", "bias_stderr", "bias_z",
             "max_abs_z_per_sequence", "per_sample_std", "per_sample_variance", "variance_per_forward_pass",
@@ -162,6 +163,8 @@ def _format_network(r: dict) -> str:
                 + "\n".join(f"  | {s}" for s in r["samples"]))
     for p in r.get("plots", []):
         out += f"\nplot: {p}"
+    for n in r.get("plot_notes", []):
+        out += f"\nnote: {n}"
     return out
 
 

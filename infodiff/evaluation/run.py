@@ -19,6 +19,7 @@ import warnings
 import jax
 import ml_collections
 import numpy as np
+from absl import logging
 
 from infodiff import likelihood as lk
 from infodiff import tasks, training
@@ -40,6 +41,23 @@ def _check_saved_config(config, workdir: str) -> None:
             "only eval.* may be overridden)")
 
 
+def _training_curves(task, workdir: str) -> tuple[list, list]:
+    """Draw ``workdir/training_curves.png`` from ``workdir/metrics.jsonl``: ``([its path], [])``,
+    or ``([], [why not])`` (no metrics.jsonl, no validation record, an unwritable workdir: the
+    evaluation goes on, and the reason is logged and kept in the report's ``plot_notes``)."""
+    from infodiff.evaluation import plots as plots_lib
+
+    png = os.path.join(workdir, "training_curves.png")
+    try:
+        plots_lib.training_curves_png(png, os.path.join(workdir, "metrics.jsonl"), task.units,
+                                      task.train_loss_is_nll)
+    except (OSError, ValueError) as e:
+        note = f"training_curves.png not drawn: {e}"
+        training.log(logging.warning, "%s", note)
+        return [], [note]
+    return [png], []
+
+
 def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Likelihood of a trained model on ``eval.split`` with a standard error (any process).
 
@@ -47,7 +65,9 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
     task's evaluation items (text: non-overlapping chunks of ``data.seq_len``; counts: examples;
     ``eval.max_sequences`` / ``eval.max_examples`` > 0 keeps a random subset), runs
     :func:`likelihood.nll` with the task's estimation process and ``eval.num_samples`` Monte
-    Carlo samples per item, and adds generated samples and the task's extras. Standard error:
+    Carlo samples per item, and adds generated samples, the task's extras and plots, and the
+    run's training curves (``training_curves.png`` from ``metrics.jsonl``; when they cannot be
+    drawn the reason is in ``plot_notes`` and the evaluation goes on). Standard error:
     :meth:`likelihood.Estimate.split_mean` (Monte Carlo error for a whole split, at least the
     data + Monte Carlo spread for a subset), both kinds reported. Raises FileNotFoundError for a
     workdir without checkpoints, ConfigMismatchError for a config that differs from the run's
@@ -94,7 +114,8 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
     gen = task.generate(den, sample_key)
     rep.update(samples=gen.get("samples", []), sampler=gen.get("sampler"), sample_steps=gen.get("sample_steps", 0))
     extras, plots = task.eval_extras(est, x, gen, workdir)
-    rep["extras"], rep["plots"] = extras, plots
+    curves, notes = _training_curves(task, workdir)
+    rep["extras"], rep["plots"], rep["plot_notes"] = extras, plots + curves, notes
     rep.update(report_lib.common(config, int(ev.seed), t0))
     return rep
 

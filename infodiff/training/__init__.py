@@ -34,6 +34,7 @@ from infodiff.training.checkpoint import (
     load_meta,
     newest_verified,
     quarantine,
+    read_metrics,
     restore_checkpoint,
     save_checkpoint,
     saved_config,
@@ -54,6 +55,7 @@ from infodiff.training.state import (
     make_mesh,
     make_optimizer,
     step_key,
+    warmup_warning,
 )
 from infodiff.training.workdir import StorageError, WorkdirLock, WorkdirLockedError
 
@@ -90,6 +92,7 @@ __all__ = [
     "quarantine",
     "quiet_library_logs",
     "quiet_orbax_leftovers",
+    "read_metrics",
     "restore_checkpoint",
     "save_checkpoint",
     "saved_config",
@@ -98,4 +101,5 @@ __all__ = [
     "step_key",
     "train",
     "truncate_metrics",
+    "warmup_warning",
 ]

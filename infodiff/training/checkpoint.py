@@ -67,6 +67,7 @@ __all__ = [
     "load_checkpoint",
     "load_meta",
     "append_jsonl",
+    "read_metrics",
     "truncate_metrics",
 ]
 
@@ -515,6 +516,24 @@ def append_jsonl(path: str, record: dict) -> None:
     with workdir_lib.storage_guard(path):
         with open(path, "a") as f:
             f.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def read_metrics(path: str) -> list[dict]:
+    """The records of a run's ``metrics.jsonl``, in file order: dicts ``{"step", "split"
+    ('train' | 'valid'), "metrics", "wall_time", "time"}`` and, for a partial train window,
+    ``"partial"``, ``"first_step"`` (written by :func:`infodiff.training.train`). Lines that
+    are not a JSON object (a torn last line from a crash) are skipped. Raises
+    FileNotFoundError if there is no such file."""
+    records = []
+    with open(path) as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                records.append(rec)
+    return records
 
 
 def truncate_metrics(path: str, last_step: int) -> None:

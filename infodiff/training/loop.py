@@ -250,7 +250,9 @@ def train(task: Any, workdir: str, *, stop_at_step: int | None = None, mesh: Mes
     EMA parameters and fixed keys (``split: "valid"``). Checkpoints every ``train.ckpt_every``
     steps and at the end (async, ``train.keep_checkpoints`` kept). SIGINT / SIGTERM: save a
     checkpoint at the current step and return (``interrupted`` set); a second SIGINT raises
-    KeyboardInterrupt (a checkpoint is still saved).
+    KeyboardInterrupt (a checkpoint is still saved). A run that ends inside the learning-rate
+    warmup (``0 < train.num_steps <= optim.warmup_steps``) logs one warning at the start
+    (:func:`state.warmup_warning`).
 
     Returns:
       dict: ``step`` (final step), ``train`` (last logged train metrics), ``valid`` (last
@@ -340,6 +342,9 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
         mngr.close()
         raise
     log(logging.info, *task.start_log(num_params, mesh, start_step, end_step))
+    warmup_note = state_lib.warmup_warning(config)
+    if warmup_note:
+        log(logging.warning, "%s", warmup_note)
 
     def newest_good():
         return _newest_verified_step(mngr, abstract)

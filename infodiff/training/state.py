@@ -26,6 +26,7 @@ from jax.sharding import PartitionSpec as P
 __all__ = [
     "TrainState",
     "make_lr_schedule",
+    "warmup_warning",
     "make_optimizer",
     "ema_decay",
     "make_mesh",
@@ -91,6 +92,26 @@ def make_lr_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
             [optax.linear_schedule(0.0, lr, warmup), optax.constant_schedule(lr)], [warmup]
         )
     raise ValueError(f"config.optim.decay={o.decay!r}; choose 'cosine' or 'constant'")
+
+
+def warmup_warning(config: ml_collections.ConfigDict) -> str | None:
+    """The warning for a run that ends inside the learning-rate warmup, else None.
+
+    The update of step ``s`` (0-based) uses the rate :func:`make_lr_schedule` gives at ``s``, so
+    with ``0 < train.num_steps <= optim.warmup_steps`` the last update (``s = num_steps - 1``)
+    is still below ``optim.lr``: the line names both values, the peak rate actually reached and
+    what to change. None when ``num_steps > warmup_steps`` (the schedule reaches ``optim.lr``)
+    or ``num_steps == 0``. Raises the ValueError of :func:`make_lr_schedule` for a bad
+    ``optim.*`` value.
+    """
+    num_steps, warmup = int(config.train.num_steps), int(config.optim.warmup_steps)
+    if not 0 < num_steps <= warmup:
+        return None
+    peak = float(make_lr_schedule(config)(num_steps - 1))
+    return (f"config.train.num_steps={num_steps} ends inside the {warmup}-step warmup "
+            f"(config.optim.warmup_steps): the learning rate never reaches config.optim.lr="
+            f"{float(config.optim.lr):g} (it peaks at {peak:.3g}, at the last step); lower "
+            f"config.optim.warmup_steps or train longer")
 
 
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
