@@ -53,4 +53,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval.seed = 1234
     c.eval.num_generate = 4         # samples shown in the report (MD4 ancestral sampler)
     c.eval.sample_steps = 64
+    c.eval.input = ""               # a file to score instead of the split: .txt (one document per line) or .jsonl
+    c.eval.input_unit = "line"      # .txt: 'line' (one document per line) | 'file' (the whole file)
+    c.eval.input_samples = 32       # Monte Carlo samples per window of an input row (docs/scoring.md)
     return c

@@ -1,3 +1,15 @@
-"""infodiff: discrete diffusion models with trustworthy likelihoods (JAX)."""
+"""infodiff: discrete diffusion models with trustworthy likelihoods (JAX).
+
+``infodiff.load_run(workdir)`` loads a trained text run to score your own strings
+(:mod:`infodiff.scoring`); it is imported on first use, so ``import infodiff`` stays light.
+"""
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    if name in ("load_run", "Run"):
+        from infodiff import scoring
+
+        return getattr(scoring, name)
+    raise AttributeError(f"module 'infodiff' has no attribute {name!r}")

@@ -171,6 +171,8 @@ CONDITIONAL: tuple[Conditional, ...] = (
     # noise schedules
     *_keys(("process.sigma_min", "process.sigma_max"), "process.schedule = 'geometric'",
            _is("process.schedule", "geometric")),
+    # scoring a user's file (evaluate.py --config.eval.input=FILE)
+    *_keys(("eval.input_unit", "eval.input_samples"), "eval.input is set", lambda c: bool(_get(c, "eval.input"))),
     # oracle-mode samplers
     *_keys(("eval.num_generate", "eval.sampler_methods"), "eval.sampler_steps is not empty",
            lambda c: len(tuple(_get(c, "eval.sampler_steps", ()) or ())) > 0, _ORACLE),

@@ -42,7 +42,7 @@ from infodiff.processes import score_entropy as se
 from infodiff import validation
 from infodiff.validation import validate_tokens
 
-__all__ = ["Estimate", "estimate", "nll", "conditional_nll", "paired_conditional_nll", "log_ratio",
+__all__ = ["Estimate", "estimate", "nll", "conditional_nll", "paired_conditional_nll", "paired_nll", "log_ratio",
            "masked_process", "imdse_nll", "imdse_conditional_nll", "poisson_nll", "ESTIMATORS",
            "TERMS"]
 
@@ -274,14 +274,21 @@ class Estimate:
 # ---------------------------------------------------------------------------------------------
 @functools.partial(jax.jit, static_argnames=("process", "apply_fn", "num_samples", "per"))
 def _chunk_values(process, apply_fn, params, key, s0, xs_NxBxL, target_BxL, num_samples, per):
-    """S draws per row, shared by every x in xs (coupling). float32 [N, B, S]."""
+    """S draws per row, shared by every x in xs (coupling). float32 [N, B, S]. A target of
+    shape [N, B, L] (a pair whose two inputs score different positions) draws each input's
+    noise from the same key on its own target (common random numbers where the targets agree)."""
     N, B = xs_NxBxL.shape[:2]
     R = B * num_samples * per
-    tgt = jnp.repeat(target_BxL, num_samples * per, axis=0)  # [R, L]
     sample_R = (s0 + (jnp.arange(R) // per) % num_samples).astype(jnp.int32)
-    noise = process.draw_noise(key, tgt, sample_R)
+    per_input = target_BxL.ndim == 3
+    if not per_input:
+        tgt = jnp.repeat(target_BxL, num_samples * per, axis=0)  # [R, L]
+        noise = process.draw_noise(key, tgt, sample_R)
     outs = []
     for n in range(N):
+        if per_input:
+            tgt = jnp.repeat(target_BxL[n], num_samples * per, axis=0)
+            noise = process.draw_noise(key, tgt, sample_R)
         x = jnp.repeat(xs_NxBxL[n], num_samples * per, axis=0)
         v = process.integrand(apply_fn, params, x, noise, tgt)
         outs.append(v.reshape(B, num_samples, per).sum(axis=-1))
@@ -305,6 +312,8 @@ def chunk_shape(order: str, B: int, S: int, batch_size: int, per: int) -> tuple[
 def estimate(process, denoiser, xs_NxBxL, target_BxL, key, num_samples: int, batch_size: int,
              independent: bool = False, progress: bool = False, desc: str = "") -> np.ndarray:
     """The driver: Monte Carlo values float64 [N, B, S] of ``process.integrand``.
+
+    ``target_BxL`` is bool [B, L], shared by the N inputs, or [N, B, L] (one per input).
 
     Calls of a fixed shape (the last chunk padded and trimmed: one compilation) of
     ``chunk_shape(process.chunk_order, ...)`` rows x samples; chunk (b0, s0) uses the key
@@ -335,8 +344,9 @@ def estimate(process, denoiser, xs_NxBxL, target_BxL, key, num_samples: int, bat
             if independent:
                 groups = [(jax.random.fold_in(k, 1_000_003 + n), slice(n, n + 1)) for n in range(N)]
             for kn, sel in groups:
+                tgt = target_BxL[sel][:, rows] if target_BxL.ndim == 3 else target_BxL[rows]
                 vals = _chunk_values(process, apply_fn, params, kn, s0, xs_NxBxL[sel][:, rows],
-                                     target_BxL[rows], s_chunk, per)
+                                     tgt, s_chunk, per)
                 out[sel, b0:b1, s0:s1] = np.asarray(vals, np.float64)[:, : b1 - b0, : s1 - s0]
                 if bar is not None:
                     bar.update(1)
@@ -374,7 +384,32 @@ def _check_common(num_samples, batch_size):
         raise ValueError(f"batch_size must be >= 1; got {batch_size}")
 
 
-def _target(target_BxL, shape):
+def _pad(pad_BxL, x_BxL, process):
+    """The bool [B, L] pad mask (None if none), checked: masked process, the data's shape."""
+    if pad_BxL is None:
+        return None
+    if not isinstance(process, masked.MaskedProcess):
+        raise NotImplementedError(f"padding (pad_BxL) is for the masked process; {type(process).__name__} "
+                                  "scores every position of a fixed-length input")
+    pad = np.asarray(pad_BxL)
+    if pad.dtype != bool or pad.shape != np.shape(x_BxL):
+        raise ValueError(f"pad_BxL must be bool with the data's shape {np.shape(x_BxL)}; got {pad.dtype} {pad.shape}")
+    return pad
+
+
+def _mask_pads(x, pad, target, process):
+    """x with the mask token (id V) at the pads; ValueError if a pad is a target position."""
+    if pad is None:
+        return x
+    if np.any(pad & target):
+        b, l = np.argwhere(pad & target)[0]
+        raise ValueError(f"position [{b}, {l}] is both a pad and a target position")
+    return np.where(pad, process.vocab_size, x).astype(x.dtype)
+
+
+def _target(target_BxL, shape, pad=None):
+    if target_BxL is None and pad is not None:
+        return ~pad
     if target_BxL is None:
         return np.ones(shape, bool)
     target = np.asarray(target_BxL)
@@ -418,7 +453,7 @@ def default_num_samples(process, target_BxL) -> int:
 
 
 def nll(denoiser, x_BxL, key, *, process=None, estimator: str | None = None, num_samples: int | None = None,
-        batch_size: int = 1024, target_BxL=None, schedule=None, vocab_size: int | None = None,
+        batch_size: int = 1024, target_BxL=None, pad_BxL=None, schedule=None, vocab_size: int | None = None,
         progress: bool = False, check_normalised: bool = True) -> Estimate:
     """Estimate -log p(x) (or -log p(x[target] | x[rest])) per sequence, in nats.
 
@@ -441,7 +476,12 @@ def nll(denoiser, x_BxL, key, *, process=None, estimator: str | None = None, num
         enumerated strata included, and reports the samples of its Monte Carlo part (S' < S).
       batch_size: rows per denoiser call.
       target_BxL: optional bool [B, L]: positions whose likelihood is estimated; the others are
-        context and never noised. Default: all positions.
+        context and never noised. Default: all positions (all but the pads).
+      pad_BxL: optional bool [B, L], masked process only: positions absent from the sequence
+        (a text shorter than the model's length). They hold the mask token throughout and are
+        never scored, so the estimate is of the marginal likelihood of the other positions
+        (docs/discrete_diffusion.md §7.3).
+        Their values in ``x_BxL`` are ignored; they must not be target positions.
       progress: show a progress bar with ETA (tqdm) on stderr.
       check_normalised: masked process: check on the first rows that the denoiser returns
         normalised log-probabilities (:func:`validation.check_normalised`, one extra call);
@@ -458,9 +498,11 @@ def nll(denoiser, x_BxL, key, *, process=None, estimator: str | None = None, num
     key = validation.as_key(key)
     validation.check_batch(x_BxL)
     process = _resolve_process(denoiser, process, estimator, schedule, vocab_size)
-    x = process.validate(x_BxL)
+    pad = _pad(pad_BxL, x_BxL, process)
+    x = process.validate(x_BxL if pad is None else np.where(pad, 0, np.asarray(x_BxL)))
     validation.check_seq_len(x, denoiser)
-    target = _target(target_BxL, x.shape)
+    target = _target(target_BxL, x.shape, pad)
+    x = _mask_pads(x, pad, target, process)
     if num_samples is None:
         num_samples = default_num_samples(process, target)
     _check_common(num_samples, batch_size)
@@ -551,8 +593,9 @@ def paired_conditional_nll(denoiser, prompt_BxP, response_BxR, alt_response_BxR,
     coupled=True (arXiv 2510.24088 Eq. 18): sample s of both uses the same noise (mask
     positions, weight, time), so their difference has the variance of common random numbers;
     coupled=False draws independent noise. Each Estimate counts its own forward passes.
-    y and y' must have the same length R (the noise is shared position by position); pad both
-    to a common length yourself if your data differ. Raises ValueError naming both shapes.
+    y and y' must have the same length R (the noise is shared position by position); for
+    responses of different lengths use :func:`paired_nll` with pads (as ``infodiff.scoring``
+    does). Raises ValueError naming both shapes.
     """
     key = validation.as_key(key)
     validation.check_batch(prompt_BxP, "prompt")
@@ -562,15 +605,51 @@ def paired_conditional_nll(denoiser, prompt_BxP, response_BxR, alt_response_BxR,
     if ya.shape != yb.shape:
         raise ValueError(
             f"coupled ratio needs responses of equal shape; got {ya.shape} and {yb.shape} "
-            "(pad both to a common length)"
+            "(pad both to a common length, or use paired_nll with pads)"
         )
     xa, target = _concat(prompt_BxP, ya, V)
     xb, _ = _concat(prompt_BxP, yb, V)
     process = _resolve_process(denoiser, process, estimator, schedule, V)
+    return _paired(process, denoiser, xa, xb, target, key, coupled, num_samples, batch_size)
+
+
+def paired_nll(denoiser, xa_BxL, xb_BxL, key, *, target_a_BxL, target_b_BxL, pad_a_BxL=None, pad_b_BxL=None,
+               coupled: bool = True, process=None, estimator: str | None = None, num_samples: int | None = None,
+               batch_size: int = 1024, schedule=None, vocab_size: int | None = None) -> tuple[Estimate, Estimate]:
+    """-log p(xa[target_a] | rest) and -log p(xb[target_b] | rest) per row (nats), coupled as in
+    :func:`paired_conditional_nll`, for two inputs whose targets and pads (:func:`nll`) may differ,
+    e.g. a prompt with responses of different lengths, each padded to a common width. Where the
+    targets differ the noise of both comes from the same key drawn on each target; an estimator
+    with several passes per sample (stratified, neyman) needs equal targets (ValueError)."""
+    key = validation.as_key(key)
+    V = _vocab(denoiser, process, vocab_size)
+    process = _resolve_process(denoiser, process, estimator, schedule, V)
+    xs, ts = [], []
+    for x, t, p_ in ((xa_BxL, target_a_BxL, pad_a_BxL), (xb_BxL, target_b_BxL, pad_b_BxL)):
+        validation.check_batch(x)
+        pad = _pad(p_, x, process)
+        xv = process.validate(x if pad is None else np.where(pad, 0, np.asarray(x)))
+        validation.check_seq_len(xv, denoiser)
+        tv = _target(t, xv.shape, pad)
+        xs.append(_mask_pads(xv, pad, tv, process))
+        ts.append(tv)
+    if xs[0].shape != xs[1].shape:
+        raise ValueError(f"paired inputs differ in shape: {xs[0].shape} and {xs[1].shape}")
+    target = ts[0] if np.array_equal(ts[0], ts[1]) else np.stack(ts)
+    if target.ndim == 3 and (getattr(process, "needs_plan", False) or process.estimator == "stratified"):
+        raise ValueError(f"the {process.estimator} estimator needs the same target positions in both inputs of a "
+                         "pair; use k_dce, t_dce or time_free for responses of different lengths")
+    return _paired(process, denoiser, xs[0], xs[1], target, key, coupled, num_samples, batch_size)
+
+
+def _paired(process, denoiser, xa, xb, target, key, coupled, num_samples, batch_size):
+    """The coupled / decoupled pair of estimates of two inputs (target [B, L], or [2, B, L])."""
+    t0 = target if target.ndim == 2 else target[0]
     if num_samples is None:
-        num_samples = default_num_samples(process, target)
+        num_samples = default_num_samples(process, t0)
     _check_common(num_samples, batch_size)
-    process.check_target(target)
+    for t in (target if target.ndim == 3 else [target]):
+        process.check_target(t)
     inf_var = _warn_infinite(process)
     xs = np.stack([xa, xb])
     bs = int(batch_size) // 2 or 1
@@ -583,7 +662,8 @@ def paired_conditional_nll(denoiser, prompt_BxP, response_BxR, alt_response_BxR,
     apply_fn, params = denoisers.split(denoiser)
     fp = S * process.passes_per_sample(target) + getattr(process, "extra_passes", lambda: 0)() + pilot_passes // 2
     return tuple(Estimate(process.estimator, vals[i], forward_passes=fp, infinite_variance=inf_var,
-                          exact=process.exact_terms(apply_fn, params, xi, target, int(batch_size)),
+                          exact=process.exact_terms(apply_fn, params, xi, target if target.ndim == 2 else target[i],
+                                                    int(batch_size)),
                           min_samples=_min_samples(process))
                  for i, xi in enumerate((xa, xb)))
 

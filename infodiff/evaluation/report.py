@@ -26,19 +26,22 @@ import numpy as np
 
 from infodiff.training import workdir as workdir_lib
 
-__all__ = ["REPORT_VERSION", "COMMON_KEYS", "NETWORK_KEYS", "ORACLE_KEYS", "ROW_KEYS", "TERMS", "env", "git_info",
+__all__ = ["REPORT_VERSION", "COMMON_KEYS", "NETWORK_KEYS", "ORACLE_KEYS", "INPUT_KEYS", "ROW_KEYS", "TERMS", "env", "git_info",
            "oracle_row", "format_report", "table", "strict_json", "write_report"]
 
 REPORT_VERSION = 2
 # The schema (docs/report.md): keys of every report, of each kind, and of an oracle row.
-COMMON_KEYS = ("version", "kind", "process", "units", "seed", "wall_time_s", "env", "argv", "git", "config",
-               "plots")
+COMMON_KEYS = ("version", "kind", "process", "units", "experiment", "seed", "wall_time_s", "env", "argv", "git",
+               "config", "plots")
 NETWORK_KEYS = ("workdir", "checkpoint_step", "params", "data", "estimator", "infinite_variance",
                 "num_samples_per_item", "forward_passes", "nll", "nll_stderr", "stderr_kind", "stderr_mc",
                 "stderr_data_and_mc", "bits", "bits_stderr", "terms", "per_sample_std", "samples",
                 "sampler", "sample_steps", "extras", "se_method", "se_note", "exact", "min_samples",
                 "few_samples_per_item", "plot_notes")
 ORACLE_KEYS = ("oracle", "num_items", "item_size", "prompt_len", "results")
+INPUT_KEYS = ("quantity", "input", "workdir", "checkpoint_step", "params", "model_length", "estimator",
+              "num_samples_per_window", "forward_passes", "se_method", "se_note", "exact", "min_samples",
+              "few_samples", "summary", "cleaning", "rows_preview", "files")
 ROW_KEYS = ("estimator", "mean_estimate", "mean_exact", "bias", "bias_stderr", "bias_z",
             "max_abs_z_per_sequence", "per_sample_std", "per_sample_variance", "variance_per_forward_pass",
             "stderr_at_1024_forward_passes", "terms", "num_samples", "forward_passes", "infinite_variance",
@@ -214,9 +217,55 @@ def _format_oracle(r: dict) -> str:
     return "\n".join(parts)
 
 
+def _format_input(r: dict) -> str:
+    inp, s = r["input"], r["summary"]
+    rows = [["input", f"{inp['path']} ({inp['format']}, {inp['rows']} rows)"],
+            ["quantity", f"{r['quantity']}, {r['units']['nll']}"],
+            ["checkpoint", f"step {r['checkpoint_step']} ({r['params']} params), model length {r['model_length']}"],
+            ["estimator", f"{r['estimator']}, {r['num_samples_per_window']} samples per window"],
+            ["forward passes", r["forward_passes"]],
+            ["SE method", r["se_method"] + (f"; per-row SEs rest on fewer than {r['min_samples']} samples"
+                                           if r["few_samples"] else "")]]
+    if inp["format"] == "ratios":
+        rows += [["mean log-ratio", f"{s['mean_log_ratio']:+.4f} ± {s['mean_log_ratio_stderr']:.4f}"],
+                 ["resolved at 2 SE", f"{s['fraction_resolved_2se']:.0%} coupled, "
+                                      f"{s['fraction_resolved_2se_decoupled']:.0%} decoupled"],
+                 ["a more likely", f"{s['fraction_a_more_likely']:.0%} of rows"],
+                 ["SE decoupled / coupled", f"{s['se_ratio_decoupled_over_coupled_median']:.2f} (median)"]]
+    else:
+        rows += [["total NLL (nats)", f"{s['total_nats']:.3f} ± {s['total_stderr']:.3f}"],
+                 ["bits per character", f"{s['bits_per_char']:.4f} ± {s['bits_per_char_stderr']:.4f} "
+                                        f"({s['characters']} characters)"]]
+    c = r["cleaning"]
+    rows.append(["cleaned (text8 rules)", f"{c['rows_changed']} rows changed; characters: "
+                 + (", ".join(f"{k!r} x{v}" for k, v in sorted(c["characters"].items(), key=lambda kv: -kv[1])[:12])
+                    or "none")])
+    rows.append(["wall time", f"{r['wall_time_s']:.1f} s"])
+    out = "infodiff input report\n" + table(["quantity", "value"], rows)
+    prev = r["rows_preview"]
+    if prev:
+        if inp["format"] == "ratios":
+            hdr = ["id", "log-ratio", "SE", "SE decoupled", "resolved", "windows"]
+            body = [[p["id"], f"{p['value']:+.3f}", f"{p['se']:.3f}", f"{p['se_decoupled']:.3f}",
+                     "yes" if p["resolved_2se"] else "no", p["windows"]] for p in prev]
+        else:
+            hdr = ["id", "NLL (nats)", "SE", "chars", "bits/char", "windows", "changed"]
+            body = [[p["id"], f"{p['value']:.3f}", f"{p['se']:.3f}", p["chars"], f"{p['bits_per_char']:.3f}",
+                     p["windows"], p["changed_chars"]] for p in prev]
+        out += f"\n\nfirst {len(prev)} of {inp['rows']} rows:\n" + table(hdr, body)
+    for p in r.get("files", []):
+        out += f"\nwritten: {p}"
+    for n in r.get("plot_notes", []):
+        out += f"\nnote: {n}"
+    return out
+
+
 def format_report(report: dict) -> str:
     """Readable text of a report (what evaluate.py prints)."""
-    return _format_network(report) if report["kind"] == "network" else _format_oracle(report)
+    kind = report["kind"]
+    if kind == "input":
+        return _format_input(report)
+    return _format_network(report) if kind == "network" else _format_oracle(report)
 
 
 def strict_json(obj):

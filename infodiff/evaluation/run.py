@@ -171,7 +171,8 @@ def evaluate_oracle(config: ml_collections.ConfigDict) -> dict:
 
 
 def evaluate(config: ml_collections.ConfigDict, workdir: str | None) -> tuple[dict, str]:
-    """``eval.mode`` 'network' (needs ``workdir``) or 'oracle' (writes to ``eval.output_dir``).
+    """``eval.mode`` 'network' (needs ``workdir``; with ``eval.input`` a user's file, written to
+    ``workdir/scores/<stem>/``) or 'oracle' (writes to ``eval.output_dir``).
     Returns (report, output directory). Raises ValueError for an unknown mode or a missing
     workdir."""
     mode = str(config.eval.get("mode", "network"))
@@ -182,4 +183,9 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str | None) -> tuple[di
         return evaluate_oracle(config), out
     if not workdir:
         raise ValueError("evaluating a trained model needs --workdir (the training run's directory)")
+    if str(config.eval.get("input", "")):
+        from infodiff.evaluation import inputs  # a user's file (docs/scoring.md)
+
+        _check_saved_config(config, workdir)
+        return inputs.evaluate_input(config, workdir)
     return evaluate_network(config, workdir), workdir

@@ -1,0 +1,278 @@
+"""Score your own text with a trained masked-diffusion run: -log p(text), -log p(response | prompt)
+and coupled log-ratios, each per row with a standard error (docs/scoring.md).
+
+    run = infodiff.load_run("runs/masked_text")
+    est = run.nll(["In the beginning God created the heaven and the earth."])
+    est.mean, est.stderr                     # nats per document, float64 [N]
+    run.conditional_nll(prompts, responses)  # -log p(response | prompt), nats per response
+    run.log_ratio(prompts, a, b)             # log p(a | prompt) - log p(b | prompt), coupled
+
+Text is cleaned with the corpus's own rules (:func:`infodiff.data.text.clean_text8`, text8's
+alphabet) and fitted to the model's length L without user padding:
+
+* a document is cut into non-overlapping windows of L characters, each scored on its own, the
+  same quantity as the test-split report (its bits per character are comparable); the last,
+  shorter window is padded;
+* a response of R <= L characters is one window: the last L - R characters of the context
+  (prompt, then one space) and the response, padded to L; a longer response is scored in pieces
+  of L // 2 characters, each given the L - L // 2 characters before it (the chain rule of a model
+  with a window of L characters);
+* pads hold the mask token throughout and are never scored (``likelihood.nll(pad_BxL=...)``), so
+  a short window's estimate is of the marginal -log p of its characters: with an exact denoiser
+  it equals the exact value (tests/test_scoring.py).
+
+The windows of a row are independent Monte Carlo estimates; a row's samples are the sums of its
+windows' samples, so its SE is that of the sum. The estimator must take one forward pass per
+sample (k_dce, the text configs' default, t_dce, time_free or lambda_dce): rows differ in length.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+
+import jax
+import numpy as np
+
+from infodiff import likelihood as lk
+from infodiff.data import text as text_data
+
+__all__ = ["clean", "Windows", "document_windows", "response_windows", "sum_windows", "Run", "load_run",
+           "SCORING_ESTIMATORS"]
+
+SCORING_ESTIMATORS = ("k_dce", "t_dce", "time_free", "lambda_dce")
+DEFAULT_INPUT_SAMPLES = 32  # per window: 2x k_dce's calibrated minimum (tests/test_calibration.py)
+
+
+def clean(text: str) -> tuple[str, dict]:
+    """(text8-cleaned text, {character: count} of the input characters outside the alphabet
+    a-z and space, which the cleaning changed: upper case, digits (spelled out), punctuation,
+    newlines, non-ASCII). Runs of spaces collapsing are not counted."""
+    if not isinstance(text, str):
+        raise TypeError(f"expected a str, got {type(text).__name__}")
+    out = text_data.clean_text8(text)
+    return out, dict(collections.Counter(c for c in text if c not in text_data.VOCAB))
+
+
+@dataclasses.dataclass(frozen=True)
+class Windows:
+    """Model-length windows of a batch of rows: ``x_WxL`` int32 tokens (pads 0), ``target_WxL``
+    bool (scored positions), ``pad_WxL`` bool (absent positions), ``row_W`` int (the row of each
+    window)."""
+
+    x_WxL: np.ndarray
+    target_WxL: np.ndarray
+    pad_WxL: np.ndarray
+    row_W: np.ndarray
+
+
+def _pack(rows, L) -> Windows:
+    """rows: (row, context ids, scored ids) per window, len(context) + len(scored) <= L."""
+    W = len(rows)
+    x = np.zeros((W, L), np.int32)
+    target = np.zeros((W, L), bool)
+    pad = np.ones((W, L), bool)
+    row = np.zeros(W, np.int64)
+    for w, (r, ctx, y) in enumerate(rows):
+        c, n = len(ctx), len(y)
+        x[w, :c], x[w, c:c + n] = ctx, y
+        pad[w, :c + n] = False
+        target[w, c:c + n] = True
+        row[w] = r
+    return Windows(x, target, pad, row)
+
+
+def document_windows(docs: list[np.ndarray], L: int) -> Windows:
+    """Non-overlapping windows of L tokens of each document (the last one padded)."""
+    rows = []
+    for r, d in enumerate(docs):
+        for i in range(0, len(d), L):
+            rows.append((r, d[:0], d[i:i + L]))
+    return _pack(rows, L)
+
+
+def response_windows(contexts: list[np.ndarray], responses: list[np.ndarray], L: int) -> Windows:
+    """Windows scoring each response given its context (module docstring): one window of the
+    last L - R context tokens and the response when R <= L, else pieces of L // 2 tokens each
+    given the L - L // 2 tokens before it."""
+    rows = []
+    for r, (c, y) in enumerate(zip(contexts, responses)):
+        full = np.concatenate([c, y])
+        R = len(y)
+        piece = R if R <= L else L // 2
+        for i in range(0, R, piece):
+            start = len(c) + i
+            n = min(piece, R - i)
+            rows.append((r, full[max(0, start - (L - n)):start], full[start:start + n]))
+    return _pack(rows, L)
+
+
+def sum_windows(est: lk.Estimate, row_W: np.ndarray, num_rows: int) -> lk.Estimate:
+    """The Estimate of each row as the sum of its windows' (independent) estimates: samples and
+    exact terms summed per row. ``forward_passes`` stays per window; ``info['forward_passes_per_row']``
+    and ``info['windows_per_row']`` give the rows' own counts."""
+    S = est.samples.shape[1]
+    samples = np.zeros((num_rows, S))
+    np.add.at(samples, row_W, est.samples)
+    exact = {}
+    for k, v in est.exact.items():
+        exact[k] = np.zeros(num_rows)
+        np.add.at(exact[k], row_W, np.asarray(v, np.float64))
+    windows = np.bincount(row_W, minlength=num_rows)
+    info = dict(est.info, windows_per_row=windows, forward_passes_per_row=windows * est.forward_passes)
+    return lk.Estimate(est.estimator, samples, forward_passes=est.forward_passes,
+                       infinite_variance=est.infinite_variance, exact=exact, info=info,
+                       se_method=est.se_method, min_samples=est.min_samples)
+
+
+def _tokens(texts, what: str) -> tuple[list[np.ndarray], list[dict]]:
+    if isinstance(texts, str):
+        raise TypeError(f"{what}: expected a list of strings, got one string (wrap it in a list)")
+    ids, changed = [], []
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise TypeError(f"{what}[{i}] is {type(t).__name__}, not a str")
+        c, ch = clean(t)
+        ids.append(text_data.encode(c).astype(np.int32))
+        changed.append(ch)
+    return ids, changed
+
+
+def _nonempty(ids, what):
+    for i, t in enumerate(ids):
+        if len(t) == 0:
+            raise ValueError(f"{what}[{i}] is empty after cleaning to the text8 alphabet (a-z and space): "
+                             "nothing to score")
+
+
+class Run:
+    """A trained masked-diffusion text run ready to score strings (:func:`load_run`).
+
+    Attributes: ``workdir``, ``config``, ``task``, ``denoiser``, ``process`` (the estimator),
+    ``seq_len`` (L), ``checkpoint_step``, ``num_samples`` (per window, default
+    ``config.eval.input_samples``, else :data:`DEFAULT_INPUT_SAMPLES`), ``batch_size``; ``last_changed``: per row of the last call,
+    {character: count} changed by cleaning. ``seed`` (every method) defaults to the run's
+    ``eval.seed``, so the API and ``evaluate.py --config.eval.input=FILE`` give the same numbers.
+    """
+
+    def __init__(self, workdir, config, task, denoiser, process, checkpoint_step, num_samples, batch_size):
+        self.workdir, self.config, self.task, self.denoiser = workdir, config, task, denoiser
+        self.process, self.checkpoint_step = process, int(checkpoint_step)
+        self.seq_len = int(task.seq_len)
+        self.num_samples, self.batch_size = int(num_samples), int(batch_size)
+        self.last_changed: list = []
+
+    def _key(self, seed):
+        return jax.random.key(int(self.config.eval.seed if seed is None else seed))
+
+    def _nll_windows(self, win: Windows, num_rows: int, seed, num_samples, progress) -> lk.Estimate:
+        est = lk.nll(self.denoiser, win.x_WxL, self._key(seed), process=self.process,
+                     num_samples=int(num_samples or self.num_samples), batch_size=self.batch_size,
+                     target_BxL=win.target_WxL, pad_BxL=win.pad_WxL, progress=progress)
+        return sum_windows(est, win.row_W, num_rows)
+
+    def nll(self, texts, *, seed: int | None = None, num_samples: int | None = None, progress: bool = False) -> lk.Estimate:
+        """-log p(document) per text, nats (the sum over its windows of L characters).
+        Raises TypeError for non-strings, ValueError for a text empty after cleaning."""
+        ids, self.last_changed = _tokens(texts, "texts")
+        _nonempty(ids, "texts")
+        return self._nll_windows(document_windows(ids, self.seq_len), len(ids), seed, num_samples, progress)
+
+    def _contexts(self, prompts, n):
+        p_ids, p_changed = _tokens(prompts, "prompts")
+        if len(p_ids) != n:
+            raise ValueError(f"{len(p_ids)} prompts but {n} responses")
+        space = np.asarray([text_data.VOCAB.index(" ")], np.int32)
+        return [np.concatenate([p, space]) if len(p) else p for p in p_ids], p_changed
+
+    def conditional_nll(self, prompts, responses, *, seed: int | None = None, num_samples: int | None = None,
+                        progress: bool = False) -> lk.Estimate:
+        """-log p(response | prompt) per pair, nats per response (module docstring for long
+        responses and prompts). Raises ValueError for unequal counts or an empty response."""
+        y, y_changed = _tokens(responses, "responses")
+        _nonempty(y, "responses")
+        ctx, p_changed = self._contexts(prompts, len(y))
+        self.last_changed = [_merge(a, b) for a, b in zip(p_changed, y_changed)]
+        return self._nll_windows(response_windows(ctx, y, self.seq_len), len(y), seed, num_samples, progress)
+
+    def log_ratio(self, prompts, a, b, *, coupled: bool = True, seed: int | None = None,
+                  num_samples: int | None = None) -> lk.Estimate:
+        """log p(a | prompt) - log p(b | prompt) per triple, nats; coupled (shared noise, arXiv
+        2510.24088 Eq. 18) or not. a and b may differ in length: each is windowed as in
+        :meth:`conditional_nll`, and pairs whose window counts differ are refused (ValueError)."""
+        ya, ca = _tokens(a, "a")
+        yb, cb = _tokens(b, "b")
+        _nonempty(ya, "a")
+        _nonempty(yb, "b")
+        if len(ya) != len(yb):
+            raise ValueError(f"{len(ya)} a-responses but {len(yb)} b-responses")
+        ctx, pc = self._contexts(prompts, len(ya))
+        self.last_changed = [_merge(p, _merge(x, z)) for p, x, z in zip(pc, ca, cb)]
+        L = self.seq_len
+        wa, wb = response_windows(ctx, ya, L), response_windows(ctx, yb, L)
+        if not np.array_equal(wa.row_W, wb.row_W):
+            bad = next(i for i in range(len(ya)) if (wa.row_W == i).sum() != (wb.row_W == i).sum())
+            raise ValueError(f"row {bad}: a and b need the same number of windows of the model's length {L} "
+                             f"(a: {len(ya[bad])} characters, b: {len(yb[bad])}); use responses of at most {L} "
+                             "characters, or of similar length")
+        ea, eb = lk.paired_nll(self.denoiser, wa.x_WxL, wb.x_WxL, self._key(seed), target_a_BxL=wa.target_WxL,
+                               target_b_BxL=wb.target_WxL, pad_a_BxL=wa.pad_WxL, pad_b_BxL=wb.pad_WxL,
+                               coupled=coupled, process=self.process,
+                               num_samples=int(num_samples or self.num_samples), batch_size=self.batch_size)
+        ea, eb = (sum_windows(e, wa.row_W, len(ya)) for e in (ea, eb))
+        exact = {k: eb.exact[k] - ea.exact[k] for k in ea.exact}
+        info = dict(ea.info, forward_passes_per_row=2 * ea.info["forward_passes_per_row"])
+        return lk.Estimate(f"{ea.estimator}:{'coupled' if coupled else 'decoupled'}", eb.samples - ea.samples,
+                           forward_passes=2 * ea.forward_passes, infinite_variance=ea.infinite_variance,
+                           exact=exact, info=info, se_method=ea.se_method, min_samples=ea.min_samples)
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + v
+    return out
+
+
+def load_run(workdir: str, *, estimator: str | None = None, num_samples: int | None = None,
+             use_ema: bool | None = None, config=None) -> Run:
+    """Load a masked-diffusion text run (its saved config and newest verified checkpoint).
+
+    Args:
+      workdir: the training run's directory.
+      estimator: default the run's ``eval.estimator``; one of :data:`SCORING_ESTIMATORS`.
+      num_samples: Monte Carlo samples per window, default ``eval.input_samples`` (32 where the
+        run's config predates it).
+      use_ema: default ``eval.use_ema``.
+      config: a resolved config to use instead of the saved one (evaluate.py passes its own).
+    Raises:
+      FileNotFoundError: no config.json / checkpoint in ``workdir``; ValueError: not a masked
+      text run, or an estimator that needs equal-length rows.
+    """
+    from infodiff import tasks, training
+
+    import ml_collections
+
+    if config is None:
+        if not os.path.isdir(workdir):
+            raise FileNotFoundError(f"workdir {workdir!r} does not exist (a training run's directory)")
+        config = ml_collections.ConfigDict(training.saved_config(workdir))
+    name = tasks.process_name(config)
+    if name != "masked":
+        raise ValueError(f"{workdir!r} is a {name!r} run: scoring your own text is implemented for masked "
+                         "diffusion runs (configs/masked_text.py)")
+    ev = config.eval
+    est_name = str(estimator or ev.estimator)
+    if est_name not in SCORING_ESTIMATORS:
+        raise ValueError(f"estimator {est_name!r} cannot score rows of different lengths; choose from "
+                         f"{SCORING_ESTIMATORS}")
+    task = tasks.make_task(config)
+    state, meta = training.load_checkpoint(workdir, task)
+    ema = bool(ev.use_ema) if use_ema is None else bool(use_ema)
+    den = task.denoiser(state.ema_params if ema else state.params)
+    process = lk.masked_process(est_name, task.schedule_obj, task.vocab_size)
+    S = int(num_samples or ev.get("input_samples", DEFAULT_INPUT_SAMPLES))
+    if S < 2:
+        raise ValueError(f"num_samples={S} must be >= 2 to report a standard error")
+    return Run(workdir, config, task, den, process, meta["step"], S, int(ev.batch_size))

@@ -1,0 +1,268 @@
+"""Scoring your own data (infodiff.scoring): windows, pads and per-row sums against an exact
+oracle, and the trained-run API and CLI (evaluate.py --config.eval.input=FILE).
+
+Oracle: a 2nd-order Markov chain over ACGT (exact conditionals of every window, any length),
+model length L = 12. With a context of at least the chain's order before every scored piece,
+the windowed -log p(response | prompt) equals the chain rule of the transition table exactly,
+so each row's estimate must be within 4 of its SEs of that value; short responses (padded) and
+long ones (pieces), prompts longer than L (left-truncated) and empty prompts are included.
+"""
+
+import jax
+import numpy as np
+import pytest
+
+from infodiff import likelihood as lk
+from infodiff import oracles, scoring
+
+L = 12
+S = 256
+Z_MAX = 4.0
+
+
+@pytest.fixture(scope="module")
+def chain():
+    return oracles.random_markov(np.random.default_rng(5), "ACGT", order=2)
+
+
+def _chain_rule_nll(mk, ctx, y):
+    """-log p(y | ctx) of the stationary chain; ctx shorter than the order uses the chain's own
+    marginal of the first symbols (log_prob of ctx + y minus that of ctx)."""
+    full = np.concatenate([ctx, y])[None].astype(np.int32)
+    lp_full = mk.log_prob(full)[0]
+    lp_ctx = mk.log_prob(np.asarray(ctx, np.int32)[None])[0] if len(ctx) else 0.0
+    return -(lp_full - lp_ctx)
+
+
+def _z(est, truth):
+    """z-scores; a row with SE 0 (one scored token: k_dce is exact) must match to float32
+    round-off and gets z = 0."""
+    se = est.stderr
+    exact = se == 0
+    np.testing.assert_allclose(est.mean[exact], truth[exact], rtol=1e-5, atol=1e-5)
+    return np.where(exact, 0.0, (est.mean - truth) / np.where(exact, 1.0, se))
+
+
+def test_response_windows_layout():
+    ctx = [np.arange(20) % 4, np.zeros(0, np.int32)]
+    y = [np.ones(5, np.int32), np.full(30, 2, np.int32)]
+    w = scoring.response_windows(ctx, y, L)
+    # row 0: one window = last 7 context tokens + 5 response tokens, no pads
+    assert (w.row_W == 0).sum() == 1 and w.target_WxL[0].sum() == 5 and not w.pad_WxL[0].any()
+    np.testing.assert_array_equal(w.x_WxL[0, :7], (np.arange(20) % 4)[-7:])
+    # row 1: 30 tokens > L -> pieces of 6, each after the 6 before it (the first has none)
+    r1 = np.flatnonzero(w.row_W == 1)
+    assert len(r1) == 5 and w.target_WxL[r1].sum() == 30
+    assert w.pad_WxL[r1[0]].sum() == L - 6 and not w.pad_WxL[r1[1:]].any()
+    assert not np.any(w.target_WxL & w.pad_WxL)
+
+
+def test_conditional_rows_match_the_exact_chain_rule(chain):
+    rng = np.random.default_rng(0)
+    cases = []  # (prompt length, response length)
+    for P, R in [(4, 3), (4, 8), (9, 3), (20, 5), (2, 12), (6, 25), (0, 5), (0, 17), (3, 1)]:
+        seq = chain.sample(rng, 1, length=P + R)[0]
+        cases.append((seq[:P], seq[P:]))
+    ctx, y = [c for c, _ in cases], [r for _, r in cases]
+    w = scoring.response_windows(ctx, y, L)
+    est = lk.nll(chain, w.x_WxL, jax.random.key(1), estimator="k_dce", num_samples=S,
+                 target_BxL=w.target_WxL, pad_BxL=w.pad_WxL)
+    rows = scoring.sum_windows(est, w.row_W, len(cases))
+    truth = np.array([_chain_rule_nll(chain, c, r) for c, r in cases])
+    z = _z(rows, truth)
+    print("\nz-scores per row:", np.round(z, 2), "\nestimate:", np.round(rows.mean, 3), "\nexact:   ", np.round(truth, 3))
+    assert np.all(np.abs(z) < Z_MAX), (z, rows.mean, truth)
+    np.testing.assert_array_equal(rows.info["windows_per_row"], [1, 1, 1, 1, 1, 5, 1, 3, 1])
+
+
+def test_documents_are_sums_of_independent_windows(chain):
+    rng = np.random.default_rng(1)
+    docs = [chain.sample(rng, 1, length=n)[0] for n in (5, 12, 30)]
+    w = scoring.document_windows(docs, L)
+    est = lk.nll(chain, w.x_WxL, jax.random.key(2), estimator="k_dce", num_samples=S,
+                 target_BxL=w.target_WxL, pad_BxL=w.pad_WxL)
+    rows = scoring.sum_windows(est, w.row_W, len(docs))
+    truth = np.array([-sum(chain.log_prob(d[i:i + L][None])[0] for i in range(0, len(d), L)) for d in docs])
+    assert np.all(np.abs(_z(rows, truth)) < Z_MAX), (rows.mean, truth)
+
+
+def test_coupled_ratio_of_unequal_lengths_is_unbiased_and_coupled(chain):
+    rng = np.random.default_rng(2)
+    ctx, a, b = [], [], []
+    for Ra, Rb in [(3, 5), (8, 8), (6, 2), (10, 7)]:
+        seq = chain.sample(rng, 1, length=6 + Ra)[0]
+        ctx.append(seq[:6])
+        a.append(seq[6:])
+        b.append(rng.permutation(chain.sample(rng, 1, length=Rb)[0]))
+    b[1] = a[1].copy()
+    b[1][3] = (b[1][3] + 1) % 4  # one substitution: the case coupling is for
+    wa, wb = scoring.response_windows(ctx, a, L), scoring.response_windows(ctx, b, L)
+    truth = np.array([_chain_rule_nll(chain, c, y2) - _chain_rule_nll(chain, c, y1) for c, y1, y2 in zip(ctx, a, b)])
+    out = {}
+    for coupled in (True, False):
+        ea, eb = lk.paired_nll(chain, wa.x_WxL, wb.x_WxL, jax.random.key(3), target_a_BxL=wa.target_WxL,
+                               target_b_BxL=wb.target_WxL, pad_a_BxL=wa.pad_WxL, pad_b_BxL=wb.pad_WxL,
+                               coupled=coupled, estimator="k_dce", num_samples=S)
+        r = lk.Estimate("k_dce", eb.samples - ea.samples, forward_passes=2 * S)
+        assert np.all(np.abs(_z(r, truth)) < Z_MAX), (coupled, r.mean, truth)
+        out[coupled] = r.stderr
+    # row 1 (b = a with one substitution) shares every mask: the coupled SE is far below the decoupled
+    assert out[True][1] < 0.7 * out[False][1], out  # measured 0.114 vs 0.214
+
+
+def test_pads_are_refused_where_they_cannot_work(chain):
+    x = chain.sample(np.random.default_rng(0), 2, length=L)
+    pad = np.zeros_like(x, bool)
+    pad[:, -3:] = True
+    with pytest.raises(ValueError, match="both a pad and a target"):
+        lk.nll(chain, x, jax.random.key(0), estimator="k_dce", num_samples=4, target_BxL=np.ones_like(pad),
+               pad_BxL=pad)
+    with pytest.raises(ValueError, match="pad_BxL must be bool"):
+        lk.nll(chain, x, jax.random.key(0), estimator="k_dce", num_samples=4, pad_BxL=pad.astype(int))
+
+
+def test_clean_reports_changed_characters():
+    text, changed = scoring.clean("Hello,  World 42!\n")
+    assert text == "hello world four two"
+    assert changed == {"H": 1, ",": 1, "W": 1, "4": 1, "2": 1, "!": 1, "\n": 1}
+
+
+# ---------------------------------------------------------------------------------------------
+# A trained run: the API and evaluate.py --config.eval.input=FILE
+# ---------------------------------------------------------------------------------------------
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = ["The cat sat on the mat.", "And the dog ate the hat, 42 times!", "the cat " * 6,
+        "Short.", "A much longer line about the cat and the dog and the hat that runs past the model length"]
+PROMPTS = ["the cat sat on", "the dog", "", "and the dog ate the hat and the cat sat on the mat and"]
+RESPONSES = ["the mat", "ate the hat and the cat sat on the mat", "the cat", "the hat"]
+ALTS = ["mat the", "ate the hat and the cat sat on the hat", "tac eht", "the cat sat"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    from tests.test_training import tiny_config, train_run
+
+    d = tmp_path_factory.mktemp("scoring_run")
+    c = tiny_config()
+    c.train.num_steps = 40
+    c.train.ckpt_every = 40
+    train_run(c, str(d))
+    return d
+
+
+def _write(path, lines):
+    path.write_text("".join((json.dumps(x) if isinstance(x, dict) else x) + "\n" for x in lines))
+    return path
+
+
+def test_api_scores_strings(run_dir):
+    import infodiff
+
+    run = infodiff.load_run(str(run_dir))
+    assert run.seq_len == 16 and run.num_samples == 32
+    est = run.nll(DOCS)
+    assert est.mean.shape == (5,) and np.all(est.stderr > 0) and np.all(np.isfinite(est.mean))
+    np.testing.assert_array_equal(est.info["windows_per_row"], [2, 3, 3, 1, 6])  # ceil(chars / 16)
+    assert run.last_changed[1] == {"A": 1, ",": 1, "4": 1, "2": 1, "!": 1}
+    again = infodiff.load_run(str(run_dir)).nll(DOCS)
+    np.testing.assert_array_equal(est.mean, again.mean)  # seeded by eval.seed
+    c = run.conditional_nll(PROMPTS, RESPONSES)
+    assert c.mean.shape == (4,) and np.all(c.mean > 0)
+    r = run.log_ratio(PROMPTS, RESPONSES, ALTS)
+    d = run.log_ratio(PROMPTS, RESPONSES, ALTS, coupled=False)
+    assert r.mean.shape == (4,)
+    assert r.stderr[1] < d.stderr[1]  # one substituted word: coupling helps
+
+
+def test_api_user_errors(run_dir):
+    import infodiff
+
+    run = infodiff.load_run(str(run_dir))
+    with pytest.raises(ValueError, match=r"texts\[1\] is empty after cleaning"):
+        run.nll(["ok", "!!! ..."])
+    with pytest.raises(TypeError, match="got one string"):
+        run.nll("a single string")
+    with pytest.raises(ValueError, match="2 prompts but 1 responses"):
+        run.conditional_nll(["a", "b"], ["c"])
+    with pytest.raises(ValueError, match="cannot score rows of different lengths"):
+        infodiff.load_run(str(run_dir), estimator="neyman")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        infodiff.load_run(str(run_dir / "nope"))
+
+
+def _cli(args, **kw):
+    return subprocess.run([sys.executable, str(REPO / "evaluate.py"), *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"}, **kw)
+
+
+def test_cli_pairs_match_the_api(run_dir, tmp_path):
+    import infodiff
+
+    f = _write(tmp_path / "pairs.jsonl", [{"id": f"p{i}", "prompt": p, "response": y}
+                                           for i, (p, y) in enumerate(zip(PROMPTS, RESPONSES))])
+    r = _cli(["--workdir", str(run_dir), f"--config.eval.input={f}"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = run_dir / "scores" / "pairs"
+    rows = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
+    api = infodiff.load_run(str(run_dir)).conditional_nll(PROMPTS, RESPONSES)
+    np.testing.assert_allclose([x["value"] for x in rows], api.mean, rtol=1e-12)
+    np.testing.assert_allclose([x["se"] for x in rows], api.stderr, rtol=1e-12)
+    assert [x["id"] for x in rows] == ["p0", "p1", "p2", "p3"]
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["kind"] == "input" and rep["input"]["format"] == "pairs" and (out / "rows.png").stat().st_size > 10_000
+    assert (out / "rows.csv").read_text().splitlines()[0].startswith("id,value,se,samples")
+    assert "bits per character" in r.stdout
+
+
+def test_text_and_ratio_files(run_dir, tmp_path):
+    from ml_collections import ConfigDict
+
+    from infodiff import evaluation, training
+
+    cfg = ConfigDict(training.saved_config(str(run_dir)))
+    cfg.eval.input = str(_write(tmp_path / "docs.txt", DOCS[:2] + ["", "   "] + DOCS[2:]))
+    rep, out = evaluation.evaluate(cfg, str(run_dir))
+    from infodiff.evaluation import report as report_lib
+
+    assert set(report_lib.COMMON_KEYS + report_lib.INPUT_KEYS) <= set(rep), set(report_lib.INPUT_KEYS) - set(rep)
+    assert rep["input"]["rows"] == 5 and [r["id"] for r in rep["rows_preview"]] == ["1", "2", "5", "6", "7"]
+    assert rep["cleaning"]["characters"]["4"] == 1 and rep["summary"]["characters"] > 100
+    evaluation.write_report(rep, out)
+    assert "bits per character" in (Path(out) / "report.txt").read_text()
+    cfg.eval.input = str(_write(tmp_path / "ab.jsonl", [{"prompt": p, "a": a, "b": b}
+                                                        for p, a, b in zip(PROMPTS, RESPONSES, ALTS)]))
+    rep, out = evaluation.evaluate(cfg, str(run_dir))
+    s = rep["summary"]
+    assert 0 <= s["fraction_resolved_2se"] <= 1 and s["se_ratio_decoupled_over_coupled_median"] > 0
+    assert {"value_decoupled", "se_decoupled", "resolved_2se"} <= set(rep["rows_preview"][0])
+
+
+@pytest.mark.parametrize("lines, match", [
+    (['{"prompt": "a", "response": "b"}', "not json"], r"bad\.jsonl:2: not valid JSON"),
+    (['{"prompt": "a", "response": "b"}', '{"prompt": "a", "a": "b", "b": "c"}'], r"bad\.jsonl:2: a ratios line"),
+    (['{"prompt": "a", "answer": "b"}'], r"bad\.jsonl:1: keys \['answer', 'prompt'\]"),
+    (['{"prompt": "a", "response": 3}'], r"'response' must be a string"),
+    (['{"prompt": "a", "response": "!!"}'], r"row '1': responses is empty after cleaning"),
+])
+def test_bad_input_files_are_named(run_dir, tmp_path, lines, match):
+    from ml_collections import ConfigDict
+
+    from infodiff import evaluation, training
+
+    cfg = ConfigDict(training.saved_config(str(run_dir)))
+    cfg.eval.input = str(_write(tmp_path / "bad.jsonl", lines))
+    with pytest.raises(ValueError, match=match):
+        evaluation.evaluate(cfg, str(run_dir))
+
+
+def test_cli_missing_input_is_one_line(run_dir):
+    r = _cli(["--workdir", str(run_dir), "--config.eval.input=/nope/x.txt"])
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1] == "error: FileNotFoundError: eval.input: file not found: '/nope/x.txt'"
+    assert "Traceback" not in r.stderr
