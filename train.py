@@ -18,7 +18,7 @@ One writer per workdir (``W/train.lock``; a second train.py is refused, naming t
 Checkpoints are verified on resume: a corrupted one is named, moved to ``W/checkpoints.corrupt/``
 and the newest good one resumed. User errors (a bad value, a config that does not fit, no
 verified checkpoint, a locked, full or read-only workdir) print one line on stderr and exit
-with status 1 (``INFODIFF_TRACEBACK=1`` for the traceback).
+with status 1 (``--debug`` for the traceback). ``--help`` lists the config's keys.
 """
 
 import json
@@ -68,4 +68,4 @@ def main(argv):
 if __name__ == "__main__":
     from infodiff import cli
 
-    cli.run(main)
+    cli.run(main, default_config=_DEFAULT_CONFIG)

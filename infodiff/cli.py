@@ -5,8 +5,9 @@ full or read-only workdir, a non-finite loss) is printed as one line on stderr::
 
     error: StorageError: cannot write /w/report.json: [Errno 30] Read-only file system (EROFS); ...
 
-and the program exits with status 1, without a traceback. ``INFODIFF_TRACEBACK=1`` re-raises
-instead (for debugging). Anything else (a bug) keeps its traceback.
+and the program exits with status 1, without a traceback. ``--debug`` (or
+``INFODIFF_TRACEBACK=1``) re-raises instead and keeps absl's log prefixes. Anything else (a bug)
+keeps its traceback. ``--help`` lists the flags and the config's keys and exits 0.
 
 This module imports nothing heavy: it is used before flags are parsed.
 """
@@ -19,9 +20,14 @@ import re
 import sys
 from typing import Callable
 
-__all__ = ["EXIT_ERROR", "user_error_types", "one_line", "exit_on_user_error", "run", "config_flag_error"]
+__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "INTERRUPTED", "user_error_types", "one_line", "exit_on_user_error", "run", "config_flag_error",
+           "help_text", "HELP_FLAGS"]
 
 EXIT_ERROR = 1
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+# What a Ctrl-C outside training loses (train.py saves a checkpoint itself and exits 130 too).
+INTERRUPTED = ("interrupted (SIGINT): the work in progress is lost and nothing of it was written; reports "
+               "and checkpoints written before are intact (every write is atomic). Rerun the same command.")
 
 
 def user_error_types() -> tuple[type, ...]:
@@ -45,12 +51,20 @@ def _quiet_unraisable(unraisable) -> None:
 
 
 def exit_on_user_error(main: Callable) -> Callable:
-    """Wrap an absl ``main(argv)``: user errors -> one line on stderr and ``sys.exit(1)``."""
+    """Wrap an absl ``main(argv)``: user errors -> one line on stderr and ``sys.exit(1)``; Ctrl-C
+    (KeyboardInterrupt) -> :data:`INTERRUPTED` and exit status 130."""
 
     @functools.wraps(main)
     def wrapped(*args, **kwargs):
         try:
             return main(*args, **kwargs)
+        except KeyboardInterrupt:
+            if os.environ.get("INFODIFF_TRACEBACK"):
+                raise
+            sys.stdout.flush()
+            print(INTERRUPTED, file=sys.stderr, flush=True)
+            sys.unraisablehook = _quiet_unraisable
+            sys.exit(EXIT_INTERRUPTED)
         except Exception as e:
             if os.environ.get("INFODIFF_TRACEBACK") or not isinstance(e, user_error_types()):
                 raise
@@ -84,6 +98,68 @@ def config_flag_error(e: BaseException, argv: list[str]) -> str:
     return one_line(e)
 
 
+HELP_FLAGS = ("-h", "--help", "-?", "--helpshort", "--helpfull")
+
+
+def _config_arg(argv: list[str]) -> str | None:
+    for i, a in enumerate(argv):
+        if a.startswith("--config="):
+            return a.split("=", 1)[1]
+        if a == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def _load_config(spec: str):
+    """A config file's ``get_config()`` (``path`` or ``path:argument``, as ml_collections)."""
+    import importlib.util
+
+    path, _, arg = spec.partition(":")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"config file not found: {path!r}")
+    mod_spec = importlib.util.spec_from_file_location("_help_config", path)
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
+    return mod.get_config(arg) if arg else mod.get_config()
+
+
+def help_text(argv: list[str], doc: str, default_config: str | None = None) -> str:
+    """``--help``: the program's docstring, its flags, and the keys of the config it would run
+    (``--config`` or the default; evaluate.py with ``--workdir``: the run's saved config) with
+    their values, marking the keys this config's settings do not read (infodiff/config_usage.py)."""
+    from absl import flags
+
+    out = [doc.strip(), "", "flags:", flags.FLAGS.main_module_help() or "  (none)"]
+    spec = _config_arg(argv) or default_config
+    if spec is None and "--workdir" in " ".join(argv):
+        wd = next((a.split("=", 1)[1] for a in argv if a.startswith("--workdir=")), None)
+        if wd is None and "--workdir" in argv and argv.index("--workdir") + 1 < len(argv):
+            wd = argv[argv.index("--workdir") + 1]
+        if wd:
+            here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            spec = f"{os.path.join(here, 'configs', 'saved_run.py')}:{wd}"
+    if spec is None:
+        out += ["", "config keys: give --config configs/<experiment>.py (or --workdir W) with --help to list "
+                "them; every config file's get_config() documents its keys"]
+        return "\n".join(out)
+    try:
+        config = _load_config(spec)
+    except Exception as e:  # help must not fail on a bad config: say why
+        out += ["", f"config keys: cannot load {spec!r}: {type(e).__name__}: {e}"]
+        return "\n".join(out)
+    from infodiff import config_usage
+
+    skip = config_usage.not_read(config)
+    out += ["", f"config keys of {spec} (override with --config.KEY=VALUE):"]
+    for key in sorted(config_usage.leaf_keys(config)):
+        node = config
+        for part in key.split("."):
+            node = node[part]
+        note = f"   # not read: only when {skip[key].when}" if key in skip else ""
+        out.append(f"  {key} = {node!r}{note}")
+    return "\n".join(out)
+
+
 def _parse_flags(argv: list[str]) -> list[str]:
     """absl's flag parsing with every parse error as one line on stderr and exit status 1."""
     from absl import flags
@@ -97,10 +173,47 @@ def _parse_flags(argv: list[str]) -> list[str]:
         sys.exit(EXIT_ERROR)
 
 
-def run(main: Callable) -> None:
+class _PlainFormatter:
+    """Log lines without absl's prefix (level letter, time, thread, file:line); warnings and
+    errors keep a 'warning: ' / 'error: ' lead. ``--debug`` restores absl's format."""
+
+    def __init__(self):
+        import logging
+
+        self._fmt = logging.Formatter("%(message)s")
+
+    def format(self, record):
+        import logging
+
+        msg = self._fmt.format(record)
+        return f"{record.levelname.lower()}: {msg}" if record.levelno >= logging.WARNING else msg
+
+    def __getattr__(self, name):
+        return getattr(self._fmt, name)
+
+
+def _debug_flag() -> bool:
+    """Remove ``--debug`` from sys.argv; with it, user errors keep their traceback
+    (``INFODIFF_TRACEBACK=1``) and log lines their absl prefix."""
+    if "--debug" not in sys.argv[1:]:
+        return bool(os.environ.get("INFODIFF_TRACEBACK"))
+    sys.argv = [a for a in sys.argv if a != "--debug"]
+    os.environ["INFODIFF_TRACEBACK"] = "1"
+    return True
+
+
+def run(main: Callable, default_config: str | None = None) -> None:
     """``absl.app.run`` of ``main`` with one-line user errors (:func:`exit_on_user_error`), also
     for errors raised while the flags are parsed (a misspelt ``--config.*`` key, a bad flag
-    value, a config file that raises): one line, exit status 1."""
+    value, a config file that raises): one line, exit status 1. ``--help`` (any of
+    :data:`HELP_FLAGS`) prints :func:`help_text` and exits 0. ``--debug``: tracebacks and
+    absl's log prefixes (both off by default)."""
     from absl import app
+    from absl import logging as absl_logging
 
+    if not _debug_flag():
+        absl_logging.get_absl_handler().setFormatter(_PlainFormatter())
+    if any(a in HELP_FLAGS for a in sys.argv[1:]):
+        print(help_text(sys.argv, sys.modules["__main__"].__doc__ or "", default_config))
+        sys.exit(0)
     app.run(exit_on_user_error(main), flags_parser=_parse_flags)

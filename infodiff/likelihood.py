@@ -334,24 +334,26 @@ def estimate(process, denoiser, xs_NxBxL, target_BxL, key, num_samples: int, bat
         n_calls = math.ceil(B / b_chunk) * math.ceil(num_samples / s_chunk) * (N if independent else 1)
         bar = tqdm.tqdm(total=n_calls, desc=desc or f"{process.estimator} ({B} seq x {num_samples} MC)",
                         unit="batch")
-    for b0 in range(0, B, b_chunk):
-        b1 = min(B, b0 + b_chunk)
-        rows = np.arange(b0, b0 + b_chunk) % B
-        for s0 in range(0, num_samples, s_chunk):
-            s1 = min(num_samples, s0 + s_chunk)
-            k = jax.random.fold_in(jax.random.fold_in(key, b0), s0)
-            groups = [(k, slice(None))]
-            if independent:
-                groups = [(jax.random.fold_in(k, 1_000_003 + n), slice(n, n + 1)) for n in range(N)]
-            for kn, sel in groups:
-                tgt = target_BxL[sel][:, rows] if target_BxL.ndim == 3 else target_BxL[rows]
-                vals = _chunk_values(process, apply_fn, params, kn, s0, xs_NxBxL[sel][:, rows],
-                                     tgt, s_chunk, per)
-                out[sel, b0:b1, s0:s1] = np.asarray(vals, np.float64)[:, : b1 - b0, : s1 - s0]
-                if bar is not None:
-                    bar.update(1)
-    if bar is not None:
-        bar.close()
+    try:
+        for b0 in range(0, B, b_chunk):
+            b1 = min(B, b0 + b_chunk)
+            rows = np.arange(b0, b0 + b_chunk) % B
+            for s0 in range(0, num_samples, s_chunk):
+                s1 = min(num_samples, s0 + s_chunk)
+                k = jax.random.fold_in(jax.random.fold_in(key, b0), s0)
+                groups = [(k, slice(None))]
+                if independent:
+                    groups = [(jax.random.fold_in(k, 1_000_003 + n), slice(n, n + 1)) for n in range(N)]
+                for kn, sel in groups:
+                    tgt = target_BxL[sel][:, rows] if target_BxL.ndim == 3 else target_BxL[rows]
+                    vals = _chunk_values(process, apply_fn, params, kn, s0, xs_NxBxL[sel][:, rows],
+                                         tgt, s_chunk, per)
+                    out[sel, b0:b1, s0:s1] = np.asarray(vals, np.float64)[:, : b1 - b0, : s1 - s0]
+                    if bar is not None:
+                        bar.update(1)
+    finally:  # closed before an error or Ctrl-C is reported below it
+        if bar is not None:
+            bar.close()
     if not np.all(np.isfinite(out)):
         bad = np.argwhere(~np.isfinite(out))[0]
         raise FloatingPointError(

@@ -124,3 +124,49 @@ def test_flag_parsing_errors_are_one_line(tmp_path, args, message):
     assert r.returncode == 1, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("script, args, key", [
+    ("train.py", ["--help"], "optim.warmup_steps = 200"),
+    ("evaluate.py", ["--help", "--config", "configs/oracle_poisson.py"], "eval.num_samples = 1000"),
+    ("evaluate.py", ["-h", "--config=configs/oracle_poisson.py"],
+     "eval.loc = -1.0   # not read: only when eval.proposal = 'manual'"),
+])
+def test_help_lists_the_config_keys_and_exits_0(script, args, key):
+    r = subprocess.run([sys.executable, script, *args], cwd=REPO, env=dict(os.environ, JAX_PLATFORMS="cpu"),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "flags:" in r.stdout and "(override with --config.KEY=VALUE)" in r.stdout
+    assert key in r.stdout
+
+
+def test_sigint_in_evaluate_says_what_was_lost(tmp_path):
+    """Ctrl-C during a long oracle evaluation: one line saying nothing was written, status 130,
+    no report; log lines carry no absl prefix."""
+    import signal
+    import time
+
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("INFODIFF_TRACEBACK", None)
+    p = subprocess.Popen([sys.executable, "evaluate.py", "--config", "configs/oracle_markov.py",
+                          f"--config.eval.output_dir={tmp_path}"], cwd=REPO, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err = ""
+    try:
+        t0 = time.time()
+        while time.time() - t0 < 240:  # wait for the first progress bar (the estimate is running)
+            line = p.stderr.readline()
+            err += line
+            if " MC)" in line or "seq x" in line:
+                break
+        time.sleep(1.0)
+        p.send_signal(signal.SIGINT)
+        out, rest = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    err += rest
+    assert p.returncode == 130, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith("interrupted (SIGINT): the work in progress is lost"), err[-2000:]
+    assert "Traceback" not in err
+    assert not (tmp_path / "report.json").exists()
