@@ -53,7 +53,7 @@ def main(argv):
     from infodiff import config_usage, evaluation, training  # one path for every process and mode (imports jax)
 
     training.quiet_library_logs()
-    config_usage.check_overrides(FLAGS.config, config_usage.override_keys(sys.argv))
+    config_usage.check_overrides(FLAGS.config, config_usage.override_keys(sys.argv), entry="evaluate")
 
     report, out_dir = evaluation.evaluate(FLAGS.config, FLAGS.workdir)
     print(evaluation.format_report(report))  # printed first: a failed write loses nothing

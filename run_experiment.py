@@ -9,6 +9,7 @@ Rerunning resumes the experiment's training from its last checkpoint.
 """
 
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
@@ -24,7 +25,9 @@ FLAGS = flags.FLAGS
 def main(argv):
     del argv
     import experiments
-    from infodiff import training
+    from infodiff import config_usage, training
+
+    config_usage.check_overrides(FLAGS.config, config_usage.override_keys(sys.argv), entry="experiment")
 
     training.quiet_library_logs()
     results = experiments.run(FLAGS.config, FLAGS.workdir)

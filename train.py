@@ -56,7 +56,7 @@ def main(argv):
 
     config = _CONFIG.value
     # An override of a key this run does not read (e.g. process.loc without proposal 'manual').
-    config_usage.check_overrides(config, config_usage.override_keys(sys.argv))
+    config_usage.check_overrides(config, config_usage.override_keys(sys.argv), entry="train")
     # The resolved config is written to WORKDIR/config.json (not dumped to the terminal).
     result = training.train(tasks.make_task(config), _WORKDIR.value)
     print(json.dumps({k: v for k, v in result.items()}, indent=2, sort_keys=True, default=str))

@@ -56,4 +56,6 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval.input = ""               # a file to score instead of the split: .txt (one document per line) or .jsonl
     c.eval.input_unit = "line"      # .txt: 'line' (one document per line) | 'file' (the whole file)
     c.eval.input_samples = 32       # Monte Carlo samples per window of an input row (docs/scoring.md)
+    c.eval.target_se = 0.0          # > 0: add samples until every input row's SE (nats) is at most this
+    c.eval.input_max_samples = 1024  # the bound of a target_se run (samples per window)
     return c

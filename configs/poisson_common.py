@@ -81,4 +81,5 @@ def base(experiment: str) -> ml_collections.ConfigDict:
     c.eval.decision = "round"     # final lattice decision: round | ml | denoiser
     c.eval.sampler_steps = (20, 100, 1000)  # oracle mode: step counts compared
     c.eval.output_dir = ""        # oracle mode output directory
+    c.eval.input = ""             # network mode: a .npy of counts [N, *event_shape] to score instead of the split
     return c

@@ -43,6 +43,8 @@ def user_error_types() -> tuple[type, ...]:
 def one_line(e: BaseException) -> str:
     """``error: Type: message`` on one line (newlines of the message joined by ' | ')."""
     msg = " | ".join(part.strip() for part in str(e).strip().splitlines() if part.strip())
+    # ml_collections wraps a config file's own error in this sentence: keep the error
+    msg = re.sub(r"^Configuration is not available because of an earlier failure to load: ?", "", msg)
     return f"error: {type(e).__name__}: {msg}"
 
 
@@ -82,6 +84,10 @@ def config_flag_error(e: BaseException, argv: list[str]) -> str:
     """One line for an error raised while absl / ml_collections parse the flags: an unknown
     (e.g. misspelt) ``--config.*`` key names the flag and ml_collections' suggestion; a config
     file that raises gives its last error line; anything else is :func:`one_line` of it."""
+    if "Unknown command line flag 'config." in str(e) and not any(
+            a == "--config" or a.startswith("--config=") for a in argv):
+        return ("error: --config.* overrides need a config: give --workdir W (a training run) or "
+                "--config configs/<experiment>.py")
     text = str(e).replace("\\'", "'")
     key = re.search(r"'(\w+)'", text)
     if isinstance(e, (AttributeError, KeyError)) and key:

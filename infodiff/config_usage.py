@@ -25,8 +25,8 @@ from typing import Callable
 
 import ml_collections
 
-__all__ = ["Conditional", "CONDITIONAL", "leaf_keys", "track_reads", "not_read", "check_overrides",
-           "override_keys"]
+__all__ = ["Conditional", "CONDITIONAL", "REFUSED_BY_ENTRY", "leaf_keys", "track_reads", "not_read",
+           "check_overrides", "override_keys"]
 
 
 def leaf_keys(config: ml_collections.ConfigDict, prefix: str = "") -> set[str]:
@@ -145,6 +145,7 @@ _POISSON = _is("process.name", "poisson")
 _NETWORK = _is_not("eval.mode", "oracle")
 _ORACLE = _is("eval.mode", "oracle")
 _SYNTHETIC = "data.name = 'synthetic'"
+_NO_INPUT = lambda c: not _get(c, "eval.input")  # noqa: E731
 
 CONDITIONAL: tuple[Conditional, ...] = (
     # Poisson data sources (oracle mode reads its law from data.path / distribution / max_count / dim)
@@ -168,11 +169,33 @@ CONDITIONAL: tuple[Conditional, ...] = (
            _is("eval.proposal", "manual"), _POISSON),
     Conditional("eval.alpha_guard", "eval.high_snr_guard = 'round'", _is("eval.high_snr_guard", "round"), _POISSON),
     *_keys(("eval.sampler_steps", "eval.output_dir"), "eval.mode = 'oracle'", _ORACLE, _POISSON),
-    # noise schedules
+    Conditional("eval.channel_shift", "eval.channel_defensive > 0",
+                lambda c: float(_get(c, "eval.channel_defensive", 0.0)) > 0, _POISSON),
+    Conditional("model.init_prior", "model.head = 'categorical'", _is("model.head", "categorical"), _POISSON),
+    *_keys(("eval.max_examples", "eval.split", "eval.num_generate", "eval.sample_steps", "eval.gamma_min",
+            "eval.gamma_max", "eval.decision"), "eval.input is not set (network mode)", _NO_INPUT,
+           _all(_POISSON, _NETWORK)),
+    # noise schedules, objectives, optimiser
     *_keys(("process.sigma_min", "process.sigma_max"), "process.schedule = 'geometric'",
            _is("process.schedule", "geometric")),
+    Conditional("process.eps", "process.schedule is not 'geometric'", _is_not("process.schedule", "geometric")),
+    Conditional("process.antithetic", "process.objective in ('t_dce', 'lambda_dce')",
+                _is("process.objective", "t_dce", "lambda_dce"), _is("process.name", "masked")),
+    Conditional("optim.min_lr_ratio", "optim.decay = 'cosine'", _is("optim.decay", "cosine")),
+    # text oracles: a table file, or the generation keys
+    *_keys(("data.seed", "data.temperature", "data.seq_len", "data.num_support", "data.order",
+            "data.generated_alphabet"), "data.path is empty (a generated table)", lambda c: not _get(c, "data.path"),
+           _all(_ORACLE, _is_not("process.name", "poisson"))),
+    Conditional("data.alphabet", "data.path is set (a table file)", lambda c: bool(_get(c, "data.path")),
+                _all(_ORACLE, _is_not("process.name", "poisson"))),
     # scoring a user's file (evaluate.py --config.eval.input=FILE)
-    *_keys(("eval.input_unit", "eval.input_samples"), "eval.input is set", lambda c: bool(_get(c, "eval.input"))),
+    *_keys(("eval.input_unit", "eval.input_samples", "eval.target_se"), "eval.input is set",
+           lambda c: bool(_get(c, "eval.input"))),
+    Conditional("eval.input_max_samples", "eval.input is set and eval.target_se > 0",
+                lambda c: bool(_get(c, "eval.input")) and float(_get(c, "eval.target_se", 0.0) or 0.0) > 0),
+    *_keys(("eval.num_samples", "eval.max_sequences", "eval.split", "eval.num_generate", "eval.sample_steps"),
+           "eval.input is not set (in input mode the budget is eval.input_samples)", _NO_INPUT,
+           _all(_NETWORK, _is_not("process.name", "poisson"))),
     # oracle-mode samplers
     *_keys(("eval.num_generate", "eval.sampler_methods"), "eval.sampler_steps is not empty",
            lambda c: len(tuple(_get(c, "eval.sampler_steps", ()) or ())) > 0, _ORACLE),
@@ -188,16 +211,44 @@ def not_read(config: ml_collections.ConfigDict) -> dict[str, Conditional]:
 
 def override_keys(argv: list[str]) -> list[str]:
     """The dotted keys overridden on a command line: ``--config.eval.num_samples=8`` (or
-    ``--config.eval.num_samples 8``) gives ``'eval.num_samples'``."""
-    return [a[len("--config."):].split("=", 1)[0] for a in argv if a.startswith("--config.")]
+    ``-config.eval.num_samples 8``, as absl also accepts, or a line of a ``--flagfile``) gives
+    ``'eval.num_samples'``."""
+    out = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        a = args[i]
+        flag = a.lstrip("-") if a.startswith("-") else ""
+        if flag.startswith("flagfile"):
+            path = flag.split("=", 1)[1] if "=" in flag else (args[i + 1] if i + 1 < len(args) else "")
+            try:
+                with open(path) as f:
+                    args[i + 1:i + 1] = [ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+            except OSError:
+                pass  # absl reports a missing flagfile itself
+        elif flag.startswith("config."):
+            out.append(flag[len("config."):].split("=", 1)[0])
+        i += 1
+    return out
 
 
-def check_overrides(config: ml_collections.ConfigDict, keys: list[str]) -> None:
-    """Refuse overrides of keys that the run of ``config`` (already overridden) will not read.
+# Keys an entry point refuses to override although its config holds them: {entry: {key: why}}.
+REFUSED_BY_ENTRY = {
+    "train": {"eval.input": "eval.input is for evaluate.py --workdir W (scoring a file with a trained run); "
+                            "training would save it into W/config.json"},
+}
+
+
+def check_overrides(config: ml_collections.ConfigDict, keys: list[str], entry: str = "") -> None:
+    """Refuse overrides of keys that the run of ``config`` (already overridden) will not read,
+    and those :data:`REFUSED_BY_ENTRY` lists for ``entry`` ('train', 'evaluate', 'experiment').
 
     Raises:
       ValueError: naming the first such key, its condition and the value that makes it false.
     """
+    for k in keys:
+        if k in REFUSED_BY_ENTRY.get(entry, {}):
+            raise ValueError(f"config key {k} cannot be overridden here: {REFUSED_BY_ENTRY[entry][k]}")
     skip = not_read(config)
     for k in keys:
         if k in skip:

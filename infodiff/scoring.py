@@ -43,6 +43,7 @@ __all__ = ["clean", "Windows", "document_windows", "response_windows", "sum_wind
 
 SCORING_ESTIMATORS = ("k_dce", "t_dce", "time_free", "lambda_dce")
 DEFAULT_INPUT_SAMPLES = 32  # per window: 2x k_dce's calibrated minimum (tests/test_calibration.py)
+DEFAULT_MAX_SAMPLES = 1024  # the bound of a target_se run, per window
 
 
 def clean(text: str) -> tuple[str, dict]:
@@ -65,6 +66,7 @@ class Windows:
     target_WxL: np.ndarray
     pad_WxL: np.ndarray
     row_W: np.ndarray
+    context_R: np.ndarray | None = None
 
 
 def _pack(rows, L) -> Windows:
@@ -92,20 +94,33 @@ def document_windows(docs: list[np.ndarray], L: int) -> Windows:
     return _pack(rows, L)
 
 
-def response_windows(contexts: list[np.ndarray], responses: list[np.ndarray], L: int) -> Windows:
+def first_piece(R: int, L: int) -> int:
+    """Tokens scored by a response's first window: R if R <= L, else L // 2."""
+    return R if R <= L else L // 2
+
+
+def response_windows(contexts: list[np.ndarray], responses: list[np.ndarray], L: int,
+                     first_context: list[int] | None = None) -> Windows:
     """Windows scoring each response given its context (module docstring): one window of the
     last L - R context tokens and the response when R <= L, else pieces of L // 2 tokens each
-    given the L - L // 2 tokens before it."""
-    rows = []
+    given the L - L // 2 tokens before it. ``first_context[r]`` caps the context of row r's first
+    window (a ratio gives a and b the same prompt context). ``Windows.context_R``: the context
+    tokens row r's first window sees."""
+    rows, seen = [], []
     for r, (c, y) in enumerate(zip(contexts, responses)):
         full = np.concatenate([c, y])
         R = len(y)
-        piece = R if R <= L else L // 2
+        piece = first_piece(R, L)
         for i in range(0, R, piece):
             start = len(c) + i
             n = min(piece, R - i)
-            rows.append((r, full[max(0, start - (L - n)):start], full[start:start + n]))
-    return _pack(rows, L)
+            k = L - n if i or first_context is None else min(L - n, int(first_context[r]))
+            ctx = full[max(0, start - k):start]
+            if i == 0:
+                seen.append(len(ctx))
+            rows.append((r, ctx, full[start:start + n]))
+    win = _pack(rows, L)
+    return dataclasses.replace(win, context_R=np.asarray(seen, np.int64))
 
 
 def sum_windows(est: lk.Estimate, row_W: np.ndarray, num_rows: int) -> lk.Estimate:
@@ -129,6 +144,11 @@ def sum_windows(est: lk.Estimate, row_W: np.ndarray, num_rows: int) -> lk.Estima
 def _tokens(texts, what: str) -> tuple[list[np.ndarray], list[dict]]:
     if isinstance(texts, str):
         raise TypeError(f"{what}: expected a list of strings, got one string (wrap it in a list)")
+    if texts is None or not hasattr(texts, "__iter__"):
+        raise TypeError(f"{what}: expected a list of strings, got {type(texts).__name__}")
+    texts = list(texts)
+    if not texts:
+        raise ValueError(f"{what} is empty: give at least one string")
     ids, changed = [], []
     for i, t in enumerate(texts):
         if not isinstance(t, str):
@@ -152,52 +172,102 @@ class Run:
     Attributes: ``workdir``, ``config``, ``task``, ``denoiser``, ``process`` (the estimator),
     ``seq_len`` (L), ``checkpoint_step``, ``num_samples`` (per window, default
     ``config.eval.input_samples``, else :data:`DEFAULT_INPUT_SAMPLES`), ``batch_size``; ``last_changed``: per row of the last call,
-    {character: count} changed by cleaning. ``seed`` (every method) defaults to the run's
+    {character: count} changed by cleaning; ``last_context``: per row, the prompt's tokens (with
+    the joining space), of which ``Estimate.info['context_per_row']`` were seen. ``seed`` (every method) defaults to the run's
     ``eval.seed``, so the API and ``evaluate.py --config.eval.input=FILE`` give the same numbers.
     """
 
-    def __init__(self, workdir, config, task, denoiser, process, checkpoint_step, num_samples, batch_size):
+    def __init__(self, workdir, config, task, denoiser, process, checkpoint_step, num_samples, batch_size,
+                 max_samples=DEFAULT_MAX_SAMPLES):
+        self.max_samples = int(max_samples)
         self.workdir, self.config, self.task, self.denoiser = workdir, config, task, denoiser
         self.process, self.checkpoint_step = process, int(checkpoint_step)
         self.seq_len = int(task.seq_len)
         self.num_samples, self.batch_size = int(num_samples), int(batch_size)
         self.last_changed: list = []
+        self.last_context = None
 
     def _key(self, seed):
-        return jax.random.key(int(self.config.eval.seed if seed is None else seed))
+        seed = self.config.eval.seed if seed is None else seed
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be an integer, got {seed!r}")
+        return jax.random.key(int(seed))
 
-    def _nll_windows(self, win: Windows, num_rows: int, seed, num_samples, progress) -> lk.Estimate:
-        est = lk.nll(self.denoiser, win.x_WxL, self._key(seed), process=self.process,
-                     num_samples=int(num_samples or self.num_samples), batch_size=self.batch_size,
-                     target_BxL=win.target_WxL, pad_BxL=win.pad_WxL, progress=progress)
-        return sum_windows(est, win.row_W, num_rows)
+    def _samples(self, num_samples) -> int:
+        if num_samples is None:
+            return self.num_samples
+        if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 2:
+            raise ValueError(f"num_samples={num_samples!r} must be an integer >= 2 (samples per window)")
+        return int(num_samples)
 
-    def nll(self, texts, *, seed: int | None = None, num_samples: int | None = None, progress: bool = False) -> lk.Estimate:
-        """-log p(document) per text, nats (the sum over its windows of L characters).
+    def _until(self, draw, seed, num_samples, target_se, max_samples) -> lk.Estimate:
+        """``draw(key, S)`` -> per-row Estimate; with ``target_se`` (nats) more rounds, each as
+        many samples as drawn so far (key ``fold_in(key, round)``), until every row's SE is at most
+        ``target_se`` or the samples reach ``max_samples`` (``info['target_se_reached']``)."""
+        key, S = self._key(seed), self._samples(num_samples)
+        est = draw(key, S)
+        if target_se is None:
+            return est
+        if not float(target_se) > 0:
+            raise ValueError(f"target_se={target_se!r} must be > 0 (nats)")
+        cap = int(max_samples or self.max_samples)
+        parts, r = [est], 0
+        while np.max(est.stderr) > float(target_se) and est.num_samples < cap:
+            r += 1
+            parts.append(draw(jax.random.fold_in(key, r), min(est.num_samples, cap - est.num_samples)))
+            est = _concat_samples(parts)
+        est.info.update(target_se=float(target_se), target_se_reached=bool(np.max(est.stderr) <= float(target_se)),
+                        max_samples=cap)
+        return est
+
+    def _nll_windows(self, win: Windows, num_rows: int, seed, num_samples, progress, target_se=None,
+                     max_samples=None) -> lk.Estimate:
+        def draw(key, S):
+            est = lk.nll(self.denoiser, win.x_WxL, key, process=self.process, num_samples=S,
+                         batch_size=self.batch_size, target_BxL=win.target_WxL, pad_BxL=win.pad_WxL,
+                         progress=progress)
+            out = sum_windows(est, win.row_W, num_rows)
+            if win.context_R is not None:
+                out.info["context_per_row"] = win.context_R
+            return out
+
+        return self._until(draw, seed, num_samples, target_se, max_samples)
+
+    def nll(self, texts, *, seed: int | None = None, num_samples: int | None = None, progress: bool = False,
+            target_se: float | None = None, max_samples: int | None = None) -> lk.Estimate:
+        """-log p(document) per text, nats (the sum over its windows of L characters). With
+        ``target_se`` (nats), samples are added in rounds until every row's SE is at most it or
+        ``max_samples`` per window are spent (every method; ``info['target_se_reached']``).
         Raises TypeError for non-strings, ValueError for a text empty after cleaning."""
         ids, self.last_changed = _tokens(texts, "texts")
         _nonempty(ids, "texts")
-        return self._nll_windows(document_windows(ids, self.seq_len), len(ids), seed, num_samples, progress)
+        return self._nll_windows(document_windows(ids, self.seq_len), len(ids), seed, num_samples, progress,
+                                 target_se, max_samples)
 
     def _contexts(self, prompts, n):
         p_ids, p_changed = _tokens(prompts, "prompts")
         if len(p_ids) != n:
             raise ValueError(f"{len(p_ids)} prompts but {n} responses")
         space = np.asarray([text_data.VOCAB.index(" ")], np.int32)
-        return [np.concatenate([p, space]) if len(p) else p for p in p_ids], p_changed
+        ctx = [np.concatenate([p, space]) if len(p) else p for p in p_ids]
+        self.last_context = np.asarray([len(c) for c in ctx], np.int64)
+        return ctx, p_changed
 
     def conditional_nll(self, prompts, responses, *, seed: int | None = None, num_samples: int | None = None,
-                        progress: bool = False) -> lk.Estimate:
+                        progress: bool = False, target_se: float | None = None,
+                        max_samples: int | None = None) -> lk.Estimate:
         """-log p(response | prompt) per pair, nats per response (module docstring for long
         responses and prompts). Raises ValueError for unequal counts or an empty response."""
         y, y_changed = _tokens(responses, "responses")
         _nonempty(y, "responses")
         ctx, p_changed = self._contexts(prompts, len(y))
         self.last_changed = [_merge(a, b) for a, b in zip(p_changed, y_changed)]
-        return self._nll_windows(response_windows(ctx, y, self.seq_len), len(y), seed, num_samples, progress)
+        return self._nll_windows(response_windows(ctx, y, self.seq_len), len(y), seed, num_samples, progress,
+                                 target_se, max_samples)
 
     def log_ratio(self, prompts, a, b, *, coupled: bool = True, seed: int | None = None,
-                  num_samples: int | None = None) -> lk.Estimate:
+                  num_samples: int | None = None, target_se: float | None = None,
+                  max_samples: int | None = None) -> lk.Estimate:
         """log p(a | prompt) - log p(b | prompt) per triple, nats; coupled (shared noise, arXiv
         2510.24088 Eq. 18) or not. a and b may differ in length: each is windowed as in
         :meth:`conditional_nll`, and pairs whose window counts differ are refused (ValueError)."""
@@ -210,22 +280,37 @@ class Run:
         ctx, pc = self._contexts(prompts, len(ya))
         self.last_changed = [_merge(p, _merge(x, z)) for p, x, z in zip(pc, ca, cb)]
         L = self.seq_len
-        wa, wb = response_windows(ctx, ya, L), response_windows(ctx, yb, L)
+        # one prompt context for both: that of the longer first piece
+        first = [L - max(first_piece(len(u), L), first_piece(len(v), L)) for u, v in zip(ya, yb)]
+        wa, wb = response_windows(ctx, ya, L, first), response_windows(ctx, yb, L, first)
         if not np.array_equal(wa.row_W, wb.row_W):
             bad = next(i for i in range(len(ya)) if (wa.row_W == i).sum() != (wb.row_W == i).sum())
-            raise ValueError(f"row {bad}: a and b need the same number of windows of the model's length {L} "
+            raise ValueError(f"a[{bad}] and b[{bad}] need the same number of windows of the model's length {L} "
                              f"(a: {len(ya[bad])} characters, b: {len(yb[bad])}); use responses of at most {L} "
                              "characters, or of similar length")
-        ea, eb = lk.paired_nll(self.denoiser, wa.x_WxL, wb.x_WxL, self._key(seed), target_a_BxL=wa.target_WxL,
-                               target_b_BxL=wb.target_WxL, pad_a_BxL=wa.pad_WxL, pad_b_BxL=wb.pad_WxL,
-                               coupled=coupled, process=self.process,
-                               num_samples=int(num_samples or self.num_samples), batch_size=self.batch_size)
-        ea, eb = (sum_windows(e, wa.row_W, len(ya)) for e in (ea, eb))
-        exact = {k: eb.exact[k] - ea.exact[k] for k in ea.exact}
-        info = dict(ea.info, forward_passes_per_row=2 * ea.info["forward_passes_per_row"])
-        return lk.Estimate(f"{ea.estimator}:{'coupled' if coupled else 'decoupled'}", eb.samples - ea.samples,
-                           forward_passes=2 * ea.forward_passes, infinite_variance=ea.infinite_variance,
-                           exact=exact, info=info, se_method=ea.se_method, min_samples=ea.min_samples)
+        def draw(key, S):
+            ea, eb = lk.paired_nll(self.denoiser, wa.x_WxL, wb.x_WxL, key, target_a_BxL=wa.target_WxL,
+                                   target_b_BxL=wb.target_WxL, pad_a_BxL=wa.pad_WxL, pad_b_BxL=wb.pad_WxL,
+                                   coupled=coupled, process=self.process, num_samples=S,
+                                   batch_size=self.batch_size)
+            ea, eb = (sum_windows(e, wa.row_W, len(ya)) for e in (ea, eb))
+            exact = {k: eb.exact[k] - ea.exact[k] for k in ea.exact}
+            info = dict(ea.info, forward_passes_per_row=2 * ea.info["forward_passes_per_row"],
+                        context_per_row=wa.context_R)
+            return lk.Estimate(f"{ea.estimator}:{'coupled' if coupled else 'decoupled'}", eb.samples - ea.samples,
+                               forward_passes=2 * ea.forward_passes, infinite_variance=ea.infinite_variance,
+                               exact=exact, info=info, se_method=ea.se_method, min_samples=ea.min_samples)
+
+        return self._until(draw, seed, num_samples, target_se, max_samples)
+
+
+def _concat_samples(parts: list[lk.Estimate]) -> lk.Estimate:
+    """One Estimate of independent rounds of the same rows: samples side by side, passes added."""
+    e = parts[-1]
+    info = dict(e.info, forward_passes_per_row=sum(p.info["forward_passes_per_row"] for p in parts))
+    return lk.Estimate(e.estimator, np.concatenate([p.samples for p in parts], axis=1),
+                       forward_passes=sum(p.forward_passes for p in parts), infinite_variance=e.infinite_variance,
+                       exact=e.exact, info=info, se_method=e.se_method, min_samples=e.min_samples)
 
 
 def _merge(a: dict, b: dict) -> dict:
@@ -264,6 +349,8 @@ def load_run(workdir: str, *, estimator: str | None = None, num_samples: int | N
                          "diffusion runs (configs/masked_text.py)")
     ev = config.eval
     est_name = str(estimator or ev.estimator)
+    if est_name not in lk.ESTIMATORS:
+        raise ValueError(f"unknown estimator {est_name!r} (config.eval.estimator); choose from {SCORING_ESTIMATORS}")
     if est_name not in SCORING_ESTIMATORS:
         raise ValueError(f"estimator {est_name!r} cannot score rows of different lengths; choose from "
                          f"{SCORING_ESTIMATORS}")
@@ -272,7 +359,13 @@ def load_run(workdir: str, *, estimator: str | None = None, num_samples: int | N
     ema = bool(ev.use_ema) if use_ema is None else bool(use_ema)
     den = task.denoiser(state.ema_params if ema else state.params)
     process = lk.masked_process(est_name, task.schedule_obj, task.vocab_size)
-    S = int(num_samples or ev.get("input_samples", DEFAULT_INPUT_SAMPLES))
-    if S < 2:
-        raise ValueError(f"num_samples={S} must be >= 2 to report a standard error")
-    return Run(workdir, config, task, den, process, meta["step"], S, int(ev.batch_size))
+    S = num_samples if num_samples is not None else ev.get("input_samples", DEFAULT_INPUT_SAMPLES)
+    if isinstance(S, bool) or not isinstance(S, (int, np.integer)) or S < 2:
+        what = "num_samples" if num_samples is not None else "config.eval.input_samples"
+        raise ValueError(f"{what}={S!r} must be an integer >= 2 (Monte Carlo samples per window, for a standard error)")
+    cap = DEFAULT_MAX_SAMPLES
+    if float(ev.get("target_se", 0.0) or 0.0) > 0:
+        cap = int(ev.get("input_max_samples", DEFAULT_MAX_SAMPLES))
+        if cap < S:
+            raise ValueError(f"config.eval.input_max_samples={cap} is below config.eval.input_samples={S}")
+    return Run(workdir, config, task, den, process, meta["step"], S, int(ev.batch_size), cap)

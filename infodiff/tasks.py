@@ -162,6 +162,16 @@ def make_transformer(config: ml_collections.ConfigDict) -> Transformer:
     )
 
 
+def schedule_from_config(p: ml_collections.ConfigDict) -> schedules_lib.Schedule:
+    """The noise schedule of ``config.process``: ``eps`` for the schedules that take one,
+    ``sigma_min`` / ``sigma_max`` for 'geometric' (the other keys are not read:
+    infodiff/config_usage.py). ValueError naming an unknown schedule."""
+    if str(p.schedule) == "geometric":
+        return schedules_lib.get_schedule("geometric", sigma_min=p.get("sigma_min", None),
+                                          sigma_max=p.get("sigma_max", None))
+    return schedules_lib.get_schedule(p.schedule, eps=p.get("eps", None))
+
+
 def make_mask_spec(config: ml_collections.ConfigDict) -> masked.MaskSpec:
     """The training objective of a masked run's ``config.process`` as a :class:`masked.MaskSpec`.
 
@@ -182,9 +192,10 @@ def make_mask_spec(config: ml_collections.ConfigDict) -> masked.MaskSpec:
                          f"discrete-time ELBO), not by {p.objective!r}: set finite_T=0 or objective='t_dce'")
     return masked.MaskSpec(
         name=p.objective,
-        schedule=schedules_lib.get_schedule(p.schedule, eps=p.eps),
+        schedule=schedule_from_config(p),
         finite_T=int(p.finite_T),
-        antithetic=bool(p.antithetic),
+        # read only where the objective draws a continuous time (infodiff/config_usage.py)
+        antithetic=bool(p.antithetic) if p.objective in ("t_dce", "lambda_dce") else False,
         exact_boundaries=False,
     )
 
@@ -615,7 +626,7 @@ class _TextTask(Task):
     @property
     def schedule_obj(self):
         p = self.config.process
-        return schedules_lib.get_schedule(p.schedule, eps=p.get("eps", None))
+        return schedule_from_config(p)
 
     def eval_items(self):
         ev = self.config.eval
@@ -714,7 +725,7 @@ class SeddTask(_TextTask):
         p = config.process
         self.graph = score_entropy.check_graph(p.graph)
         self.score_param = score_param(config)
-        self.schedule = schedules_lib.get_schedule(p.schedule, eps=p.get("eps", None))
+        self.schedule = schedule_from_config(p)
         self.antithetic = bool(p.get("antithetic", True))
         # SEDD's objective: t ~ U[0, 1) (antithetic), weight sigma(t) (SEDD Eq. 3).
         self.process = score_entropy.ScoreEntropyProcess(
@@ -969,14 +980,15 @@ def poisson_estimation_process(config, scaling, prop, key=None):
     :func:`likelihood.poisson_nll` does."""
     ev = config.eval
     guard = str(ev.high_snr_guard) or None
+    eps_z = float(ev.get("channel_defensive", 0.0))
     offset = 0.5
     if str(ev.sampler) == "qmc" and key is not None:
         offset = float(jax.random.uniform(jax.random.fold_in(key, 2), ()))
     return poisson.estimation_process(int(ev.num_samples), str(ev.sampler), *prop, high_snr_guard=guard,
                                       alpha_guard=(float(ev.alpha_guard) if guard else None),
                                       scaling=scaling, qmc_offset=offset,
-                                      channel_defensive=float(ev.get("channel_defensive", 0.0)),
-                                      channel_shift=float(ev.get("channel_shift", 2.0)))
+                                      channel_defensive=eps_z,
+                                      channel_shift=float(ev.get("channel_shift", 2.0)) if eps_z > 0 else 2.0)
 
 
 def oracle_case(config):
@@ -990,7 +1002,7 @@ def oracle_case(config):
     if name == "poisson":
         return oracle_cases.poisson_case(config, sys.modules[__name__])
     p = config.process
-    return oracle_cases.text_case(config, schedules_lib.get_schedule(p.schedule, eps=p.get("eps", None)), name)
+    return oracle_cases.text_case(config, schedule_from_config(p), name)
 
 
 def make_task(config: ml_collections.ConfigDict, *, data: Any = None) -> Task:

@@ -10,15 +10,18 @@ work.
 """
 
 import importlib
+import json
 import os
 import subprocess
 import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from infodiff import config_usage as cu
+from infodiff import oracles
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,9 +51,21 @@ def _shrink(c, sizes):
 def _unread_after_a_run(name, tmp_path):
     from infodiff import evaluation, tasks, training
 
-    c = importlib.import_module(f"configs.{name}").get_config()
+    base, settings = {**VARIANTS, **EVERY_VARIANTS}.get(name, (name, {}))
+    c = importlib.import_module(f"configs.{base}").get_config()
     oracle = c.eval.get("mode", "network") == "oracle"
     _shrink(c, ORACLE_TINY if oracle else TINY)
+    files = {"INPUT_TXT": lambda p: p.write_text("the cat sat on the mat\nand the dog\n"),
+             "COUNTS_NPY": lambda p: np.save(p, np.array([[0], [3]])),
+             "TABLE_JSON": lambda p: p.write_text(json.dumps(
+                 oracles.random_tabular(np.random.default_rng(0), "ACGT", 4, 16).to_json()))}
+    for k, v in settings.items():
+        if v in files:
+            path = tmp_path / ("in." + v.split("_")[-1].lower())
+            files[v](path)
+            v = str(path)
+        g, n = k.split(".")
+        c[g][n] = v
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if oracle:
@@ -64,7 +79,21 @@ def _unread_after_a_run(name, tmp_path):
     return c, cu.leaf_keys(c) - reads
 
 
-@pytest.mark.parametrize("name", CONFIGS)
+# Settings that switch declared keys on or off, so both branches of CONDITIONAL are checked.
+VARIANTS = {
+    "sedd_geometric": ("sedd_absorb_text", {"process.schedule": "geometric"}),
+    "poisson_manual": ("poisson_synthetic", {"process.proposal": "manual", "eval.proposal": "manual",
+                                             "eval.channel_defensive": 0.0, "optim.decay": "constant",
+                                             "model.head": "softplus"}),
+    "masked_input": ("masked_text", {"eval.input": "INPUT_TXT"}),
+    "tabular_file": ("oracle_tabular", {"data.path": "TABLE_JSON"}),
+}
+EVERY_VARIANTS = {"masked_t_dce": ("masked_text", {"process.objective": "t_dce", "process.finite_T": 4}),
+                  "poisson_input": ("poisson_synthetic", {"eval.input": "COUNTS_NPY"})}
+VARIANT_NAMES = list(VARIANTS) + (list(EVERY_VARIANTS) if os.environ.get("INFODIFF_ALL_CONFIGS") else [])
+
+
+@pytest.mark.parametrize("name", CONFIGS + VARIANT_NAMES)
 def test_every_key_is_read_or_declared_unread(name, tmp_path):
     c, unread = _unread_after_a_run(name, tmp_path)
     declared = set(cu.not_read(c))
@@ -96,6 +125,21 @@ def test_override_of_an_unread_key_is_refused():
     cu.check_overrides(c, ["process.loc", "process.proposal"])
     assert cu.override_keys(["x.py", "--config.process.loc=1", "--config", "f.py", "--config.eval.seed", "3"]) == [
         "process.loc", "eval.seed"]
+    assert cu.override_keys(["x.py", "-config.eval.loc=0.5"]) == ["eval.loc"]  # absl accepts one dash
+
+
+def test_overrides_in_a_flagfile_are_checked(tmp_path):
+    f = tmp_path / "flags"
+    f.write_text("# my settings\n--config.eval.loc=0.5\n--workdir=/x\n")
+    assert cu.override_keys(["x.py", f"--flagfile={f}", "--config.eval.seed=3"]) == ["eval.loc", "eval.seed"]
+
+
+def test_train_refuses_eval_input():
+    from configs import masked_text
+
+    with pytest.raises(ValueError, match="eval.input is for evaluate.py"):
+        cu.check_overrides(masked_text.get_config(), ["eval.input"], entry="train")
+    cu.check_overrides(masked_text.get_config(), ["eval.num_samples"], entry="train")
 
 
 def test_finite_T_needs_t_dce():

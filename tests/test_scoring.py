@@ -208,7 +208,7 @@ def test_cli_pairs_match_the_api(run_dir, tmp_path):
                                            for i, (p, y) in enumerate(zip(PROMPTS, RESPONSES))])
     r = _cli(["--workdir", str(run_dir), f"--config.eval.input={f}"])
     assert r.returncode == 0, r.stderr[-2000:]
-    out = run_dir / "scores" / "pairs"
+    out = run_dir / "scores" / "pairs.jsonl"
     rows = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
     api = infodiff.load_run(str(run_dir)).conditional_nll(PROMPTS, RESPONSES)
     np.testing.assert_allclose([x["value"] for x in rows], api.mean, rtol=1e-12)
@@ -249,6 +249,11 @@ def test_text_and_ratio_files(run_dir, tmp_path):
     (['{"prompt": "a", "answer": "b"}'], r"bad\.jsonl:1: keys \['answer', 'prompt'\]"),
     (['{"prompt": "a", "response": 3}'], r"'response' must be a string"),
     (['{"prompt": "a", "response": "!!"}'], r"row '1': responses is empty after cleaning"),
+    (['{"id": "x", "prompt": "a", "response": "b"}', '{"id": "x", "prompt": "a", "response": "c"}'],
+     r"bad\.jsonl:2: id 'x' was already used on line 1"),
+    (['{"id": null, "prompt": "a", "response": "b"}'], r"\"id\" must be a string or an integer"),
+    (['{"prompt": "a", "a": "b", "b": "c"}', '{"prompt": "a", "a": "bb", "b": "' + "c" * 40 + '"}'],
+     r"row '2': a and b\[1\] need the same number of windows"),
 ])
 def test_bad_input_files_are_named(run_dir, tmp_path, lines, match):
     from ml_collections import ConfigDict
@@ -261,8 +266,110 @@ def test_bad_input_files_are_named(run_dir, tmp_path, lines, match):
         evaluation.evaluate(cfg, str(run_dir))
 
 
+def test_lines_split_at_newlines_only_and_bom_accepted(run_dir, tmp_path):
+    from ml_collections import ConfigDict
+
+    from infodiff import evaluation, training
+    from infodiff.evaluation import inputs
+
+    f = tmp_path / "u.txt"
+    f.write_text("first line\u2028still first\x0cstill\r\nsecond line\n", encoding="utf-8")
+    kind, ids, cols = inputs.read_input(str(f))
+    assert ids == ["1", "2"] and cols["text"][1] == "second line"
+    g = tmp_path / "bom.jsonl"
+    g.write_bytes(b"\xef\xbb\xbf" + json.dumps({"prompt": "a\u2028b", "response": "c"}, ensure_ascii=False).encode())
+    assert inputs.read_input(str(g))[0] == "pairs"
+    cfg = ConfigDict(training.saved_config(str(run_dir)))
+    cfg.eval.input = str(g)
+    cfg.eval.estimator = "lambda_dce"
+    rep, _ = evaluation.evaluate(cfg, str(run_dir))
+    assert rep["infinite_variance"] and "INFINITE VARIANCE" in evaluation.format_report(rep)
+    cfg.eval.estimator = "bogus"
+    with pytest.raises(ValueError, match="unknown estimator 'bogus'"):
+        evaluation.evaluate(cfg, str(run_dir))
+
+
+def test_ratio_rows_share_the_prompt_context(run_dir):
+    import infodiff
+
+    run = infodiff.load_run(str(run_dir))
+    prompt = ["and the dog ate the hat and"]  # 28 characters with the joining space; L = 16
+    r = run.log_ratio(prompt, ["the"], ["the cat sat o"])
+    assert r.info["context_per_row"].tolist() == [16 - 13]  # both see the 3 characters the longer one leaves
+    c = run.conditional_nll(prompt * 2, ["the", "the cat sat on the"])
+    assert c.info["context_per_row"].tolist() == [13, 8] and run.last_context.tolist() == [28, 28]
+    with pytest.raises(ValueError, match="must be an integer >= 2"):
+        run.nll(["abc"], num_samples=0)
+    with pytest.raises(TypeError, match="seed must be an integer"):
+        run.nll(["abc"], seed="a")
+    with pytest.raises(ValueError, match="texts is empty"):
+        run.nll([])
+
+
+def test_target_se_adds_rounds_until_every_row_reaches_it(run_dir, tmp_path):
+    import infodiff
+    from ml_collections import ConfigDict
+
+    from infodiff import evaluation, training
+
+    run = infodiff.load_run(str(run_dir))
+    base = run.conditional_nll(PROMPTS, RESPONSES, num_samples=8)
+    target = float(np.min(base.stderr)) / 2  # needs about 4x the samples for every row
+    est = run.conditional_nll(PROMPTS, RESPONSES, num_samples=8, target_se=target, max_samples=512)
+    assert est.info["target_se_reached"] and np.all(est.stderr <= target), (est.stderr, target)
+    assert est.num_samples in (32, 64, 128, 256, 512) and est.num_samples > 8
+    np.testing.assert_array_equal(est.samples[:, :8], base.samples)  # round 0 is the fixed-budget run
+    capped = run.conditional_nll(PROMPTS, RESPONSES, num_samples=8, target_se=1e-6, max_samples=24)
+    assert capped.num_samples == 24 and not capped.info["target_se_reached"]
+    cfg = ConfigDict(training.saved_config(str(run_dir)))
+    cfg.eval.input = str(_write(tmp_path / "t.jsonl", [{"prompt": p, "response": y} for p, y in zip(PROMPTS, RESPONSES)]))
+    cfg.eval.target_se, cfg.eval.input_max_samples = 1e-6, 64
+    rep, _ = evaluation.evaluate(cfg, str(run_dir))
+    assert rep["target_se_reached"] is False and rep["num_samples_per_window"] == 64
+    assert any("target_se" in n for n in rep["notes"])
+
+
 def test_cli_missing_input_is_one_line(run_dir):
     r = _cli(["--workdir", str(run_dir), "--config.eval.input=/nope/x.txt"])
     assert r.returncode == 1
     assert r.stderr.strip().splitlines()[-1] == "error: FileNotFoundError: eval.input: file not found: '/nope/x.txt'"
     assert "Traceback" not in r.stderr
+
+
+@pytest.fixture(scope="module")
+def poisson_run(tmp_path_factory):
+    from configs import poisson_synthetic
+    from infodiff import tasks, training
+
+    c = poisson_synthetic.get_config()
+    for k, v in {"data.num_train": 256, "data.num_valid": 64, "data.num_test": 64, "model.hidden": 16,
+                 "model.num_layers": 1, "model.emb_dim": 8, "train.num_steps": 2, "train.batch_size": 32,
+                 "train.eval_batches": 1, "eval.num_samples": 8, "eval.num_generate": 10}.items():
+        g, n = k.split(".")
+        c[g][n] = v
+    d = tmp_path_factory.mktemp("poisson_run")
+    training.train(tasks.make_task(c), str(d))
+    return d, c
+
+
+def test_poisson_counts_file(poisson_run, tmp_path):
+    from infodiff import evaluation
+
+    d, c = poisson_run
+    f = tmp_path / "counts.npy"
+    np.save(f, np.array([[0], [3], [7], [12]]))
+    c = c.copy_and_resolve_references()
+    c.eval.input = str(f)
+    rep, out = evaluation.evaluate(c, str(d))
+    assert rep["input"]["format"] == "counts" and rep["input"]["rows"] == 4 and "cleaning" not in rep
+    rows = [json.loads(x) for x in (Path(out) / "rows.jsonl").read_text().splitlines()]
+    assert all(r["se"] > 0 and np.isfinite(r["value"]) for r in rows) and rows[0]["dims"] == 1
+    assert "bits per dimension" in evaluation.format_report(rep)
+    for bad, match in [(np.array([[1, 2]]), r"has shape \(1, 2\); expected \[N, 1\]"),
+                       (np.array([[-1]]), "negative"), (np.array([[0.5]]), "finite integers")]:
+        np.save(f, bad)
+        with pytest.raises(ValueError, match=match):
+            evaluation.evaluate(c, str(d))
+    c.eval.input = str(_write(tmp_path / "x.txt", ["abc"]))
+    with pytest.raises(ValueError, match="a Poisson run scores counts: give a .npy"):
+        evaluation.evaluate(c, str(d))

@@ -1,15 +1,18 @@
 """``evaluate.py --workdir W --config.eval.input=FILE``: score a user's file with a trained
 masked text run (:mod:`infodiff.scoring`) and write a report, per-row files and plots.
 
-Formats (by extension):
+Formats (by extension; masked text runs, or for a Poisson run a ``.npy`` of counts
+[N, *event_shape] or [N, D] -> -log P(x) per example):
   * ``.txt``: one document per line (``eval.input_unit = 'line'``, empty lines skipped; ids are
     line numbers) or the whole file as one document (``'file'``): -log p(document);
   * ``.jsonl``, every line ``{"prompt", "response"}``: -log p(response | prompt);
   * ``.jsonl``, every line ``{"prompt", "a", "b"}``: the coupled log p(a | prompt) -
     log p(b | prompt), with the decoupled estimate's SE beside it.
-  An optional ``"id"`` per JSONL line names the row. Output in ``W/scores/<file stem>/``:
+  An optional ``"id"`` per JSONL line names the row. Output in ``W/scores/<file name>/``:
   report.json / report.txt (schema: docs/report.md, kind 'input'), rows.jsonl, rows.csv and
-  rows.png. The Monte Carlo budget is ``eval.input_samples`` samples per window.
+  rows.png. The Monte Carlo budget is ``eval.input_samples`` samples per window; with
+  ``eval.target_se`` > 0 (nats) rounds are added until every row's SE is at most it, up to
+  ``eval.input_max_samples`` per window.
 """
 
 from __future__ import annotations
@@ -47,12 +50,14 @@ def read_input(path: str, unit: str = "line") -> tuple[str, list[str], dict]:
     if unit not in INPUT_UNITS:
         raise ValueError(f"config.eval.input_unit={unit!r}; choose from {INPUT_UNITS}")
     ext = os.path.splitext(path)[1].lower()
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with open(path, encoding="utf-8-sig", errors="replace", newline="") as f:
         text = f.read()
+    # lines end at \n (or \r\n) only: other Unicode line breaks stay inside a line or string
+    lines = [ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")]
     if ext == ".txt":
         if unit == "file":
             return "text", ["file"], {"text": [text]}
-        rows = [(str(i + 1), ln) for i, ln in enumerate(text.splitlines()) if ln.strip()]
+        rows = [(str(i + 1), ln) for i, ln in enumerate(lines) if ln.strip()]
         if not rows:
             raise ValueError(f"eval.input {path!r} has no non-empty lines")
         return "text", [r[0] for r in rows], {"text": [r[1] for r in rows]}
@@ -62,13 +67,14 @@ def read_input(path: str, unit: str = "line") -> tuple[str, list[str], dict]:
     if unit != "line":
         raise ValueError("config.eval.input_unit='file' applies to .txt inputs only")
     kind, ids, cols = None, [], {}
-    for i, line in enumerate(text.splitlines(), 1):
+    seen = {}
+    for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{i}: not valid JSON ({e.msg} at column {e.colno})") from None
+            raise ValueError(f"{path}:{i}: not valid JSON ({e.msg}, column {e.colno})") from None
         if not isinstance(obj, dict):
             raise ValueError(f"{path}:{i}: expected a JSON object, got {type(obj).__name__}")
         keys = tuple(sorted(k for k in obj if k != "id"))
@@ -83,10 +89,21 @@ def read_input(path: str, unit: str = "line") -> tuple[str, list[str], dict]:
             if not isinstance(obj[name], str):
                 raise ValueError(f"{path}:{i}: {name!r} must be a string, got {type(obj[name]).__name__}")
             cols.setdefault(name, []).append(obj[name])
-        ids.append(str(obj.get("id", i)))
+        rid = obj.get("id", i)
+        if isinstance(rid, bool) or not isinstance(rid, (str, int)):
+            raise ValueError(f"{path}:{i}: \"id\" must be a string or an integer, got {rid!r}")
+        if str(rid) in seen:
+            raise ValueError(f"{path}:{i}: id {rid!r} was already used on line {seen[str(rid)]}")
+        seen[str(rid)] = i
+        ids.append(str(rid))
     if kind is None:
         raise ValueError(f"eval.input {path!r} has no rows")
     return kind, ids, cols
+
+
+def _out_dir(workdir: str, path: str) -> str:
+    """``W/scores/<file name>/`` (extension kept: docs.txt and docs.jsonl do not collide)."""
+    return os.path.join(workdir, "scores", os.path.basename(path))
 
 
 def _sha256(path):
@@ -110,27 +127,123 @@ def _row_errors(fn, ids):
         raise
 
 
+def read_counts(path: str, event_shape: tuple, max_count: int) -> np.ndarray:
+    """int64 [N, D] counts of a ``.npy`` file of shape [N, *event_shape] or [N, D].
+    Raises FileNotFoundError; ValueError naming the file for another extension, a wrong shape,
+    non-integer, negative or too large counts, or no rows."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"eval.input: file not found: {path!r}")
+    if os.path.splitext(path)[1].lower() != ".npy":
+        raise ValueError(f"eval.input {path!r}: a Poisson run scores counts: give a .npy array of shape "
+                         f"[N, {', '.join(map(str, event_shape))}]")
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except ValueError as e:
+        raise ValueError(f"eval.input {path!r} is not a numeric .npy array ({e})") from None
+    D = int(np.prod(event_shape))
+    if arr.ndim < 1 or arr.shape[0] == 0 or int(np.prod(arr.shape[1:])) != D or \
+            tuple(arr.shape[1:]) not in (tuple(event_shape), (D,)):
+        raise ValueError(f"eval.input {path!r} has shape {arr.shape}; expected [N, {', '.join(map(str, event_shape))}] "
+                         f"or [N, {D}] with N >= 1")
+    flat = arr.reshape(arr.shape[0], D)
+    if not np.issubdtype(flat.dtype, np.number) or not np.all(np.isfinite(flat)) or np.any(flat != np.round(flat)):
+        raise ValueError(f"eval.input {path!r}: counts must be finite integers")
+    from infodiff import tasks
+
+    tasks.check_counts(flat, max_count, f"eval.input {path!r}")
+    return flat.astype(np.int64)
+
+
+def _evaluate_counts(config, workdir, t0) -> tuple[dict, str]:
+    """A Poisson run's -log P(x) per row of a .npy of counts (nats per example, bits per dim)."""
+    import jax
+
+    from infodiff import likelihood as lk
+    from infodiff import tasks, training
+
+    ev = config.eval
+    path = str(ev.input)
+    task = tasks.make_task(config)
+    task.check_eval_config()
+    x = read_counts(path, tuple(task.data.event_shape), int(task.data.max_count))
+    state, meta = training.load_checkpoint(workdir, task)
+    den = task.denoiser(state.ema_params if bool(ev.use_ema) else state.params)
+    process = task.estimation_process()
+    est = lk.nll(den, task.scaling.scale(x), jax.random.fold_in(jax.random.key(int(ev.seed)), 0), process=process,
+                 num_samples=int(ev.num_samples), batch_size=int(ev.batch_size), progress=True)
+    D = x.shape[1]
+    rows = [{"id": str(i), "value": float(est.mean[i]), "se": float(est.stderr[i]), "samples": int(est.num_samples),
+             "forward_passes": int(est.forward_passes), "dims": D,
+             "bits_per_dim": float(est.mean[i] / (D * LN2))} for i in range(len(x))]
+    total, total_se = est.total()
+    summary = {"total_nats": total, "total_stderr": total_se, "mean_nll_per_row": float(est.mean.mean()),
+               "dimensions": int(D * len(x)), "bits_per_dim": total / (D * len(x) * LN2),
+               "bits_per_dim_stderr": total_se / (D * len(x) * LN2)}
+    out_dir = _out_dir(workdir, path)
+    rep = _report(config, "counts", "-log P(x)", {"item": "example", "nll": "nats per example",
+                                                  "bits": "bits per dimension"},
+                  path, len(x), workdir, int(meta["step"]), D, est, summary, task.process_info(process),
+                  None, rows, out_dir, t0)
+    return rep, out_dir
+
+
+def _report(config, kind, quantity, units, path, n_rows, workdir, step, model_length, est, summary, process_info,
+            cleaning, rows, out_dir, t0) -> dict:
+    ev = config.eval
+    se = report_lib.se_fields(est)
+    passes = sum(r["forward_passes"] for r in rows)
+    rep = {"version": report_lib.REPORT_VERSION, "kind": "input", "quantity": quantity, "process": process_info,
+           "units": units, "input": {"path": os.path.abspath(path), "sha256": _sha256(path), "format": kind,
+                                     "unit": str(ev.get("input_unit", "line")), "rows": n_rows},
+           "workdir": os.path.abspath(workdir), "checkpoint_step": step,
+           "params": "ema" if bool(ev.use_ema) else "raw", "model_length": model_length,
+           "estimator": est.estimator, "infinite_variance": bool(est.infinite_variance),
+           "num_samples_per_window": int(est.num_samples),
+           "forward_passes": int(passes), **se, "summary": summary, "rows_preview": rows[:10]}
+    if cleaning is not None:
+        rep["cleaning"] = cleaning
+    files = _write_rows(out_dir, rows)
+    png = os.path.join(out_dir, "rows.png")
+    try:
+        plots.input_rows_png(png, rows, kind, quantity, units.get("bits", "bits per character"))
+        files.append(png)
+    except (OSError, ValueError) as e:
+        rep["plot_notes"] = [f"rows.png not written: {e}"]
+    rep["files"] = files
+    rep["plots"] = [png] if png in files else []
+    rep.update(report_lib.common(config, int(ev.seed), t0))
+    return rep
+
+
 def evaluate_input(config, workdir: str) -> tuple[dict, str]:
     """Score ``config.eval.input`` with the run in ``workdir``; returns (report, output dir) and
     writes rows.jsonl, rows.csv and rows.png there (the caller writes the report)."""
+    from infodiff import tasks
+
     t0 = time.time()
+    if tasks.process_name(config) == "poisson":
+        return _evaluate_counts(config, workdir, t0)
     ev = config.eval
     path = str(ev.input)
     kind, ids, cols = read_input(path, str(ev.input_unit))
     run = scoring.load_run(workdir, config=config)
-    out_dir = os.path.join(workdir, "scores", os.path.splitext(os.path.basename(path))[0])
+    out_dir = _out_dir(workdir, path)
     rows, summary = [], {}
+    tse = float(ev.target_se) or None
+    if tse is not None and tse < 0:
+        raise ValueError(f"config.eval.target_se={ev.target_se} must be >= 0 (0: a fixed budget)")
     if kind == "text":
-        est = _row_errors(lambda: run.nll(cols["text"], progress=True), ids)
+        est = _row_errors(lambda: run.nll(cols["text"], progress=True, target_se=tse), ids)
         chars = np.array([len(scoring.clean(t)[0]) for t in cols["text"]])
         summary = _totals(est, chars)
     elif kind == "pairs":
-        est = _row_errors(lambda: run.conditional_nll(cols["prompt"], cols["response"], progress=True), ids)
+        est = _row_errors(lambda: run.conditional_nll(cols["prompt"], cols["response"], progress=True,
+                                                      target_se=tse), ids)
         chars = np.array([len(scoring.clean(t)[0]) for t in cols["response"]])
         summary = _totals(est, chars)
     else:
-        est = _row_errors(lambda: run.log_ratio(cols["prompt"], cols["a"], cols["b"], coupled=True), ids)
-        dec = run.log_ratio(cols["prompt"], cols["a"], cols["b"], coupled=False)
+        est = _row_errors(lambda: run.log_ratio(cols["prompt"], cols["a"], cols["b"], coupled=True, target_se=tse), ids)
+        dec = run.log_ratio(cols["prompt"], cols["a"], cols["b"], coupled=False, num_samples=est.num_samples)
         chars = None
         ratio = dec.stderr / np.where(est.stderr > 0, est.stderr, np.nan)
         resolved = np.abs(est.mean) > 2 * est.stderr
@@ -145,6 +258,8 @@ def evaluate_input(config, workdir: str) -> tuple[dict, str]:
         r = {"id": rid, "value": float(est.mean[i]), "se": float(est.stderr[i]), "samples": int(est.num_samples),
              "windows": int(est.info["windows_per_row"][i]), "forward_passes": int(passes[i]),
              "changed_chars": int(sum(changed[i].values()))}
+        if kind != "text":
+            r.update(prompt_chars=int(run.last_context[i]), context_chars=int(est.info["context_per_row"][i]))
         if chars is not None:
             r.update(chars=int(chars[i]), bits_per_char=float(est.mean[i] / (chars[i] * LN2)))
         else:
@@ -157,28 +272,28 @@ def evaluate_input(config, workdir: str) -> tuple[dict, str]:
             all_changed[k] = all_changed.get(k, 0) + v
     quantity = {"text": "-log p(document)", "pairs": "-log p(response | prompt)",
                 "ratios": "log p(a | prompt) - log p(b | prompt), coupled"}[kind]
-    se = report_lib.se_fields(est)
-    rep = {"version": report_lib.REPORT_VERSION, "kind": "input", "quantity": quantity,
-           "process": run.task.process_info(run.process), "units": {"item": "row", "nll": "nats per row"},
-           "input": {"path": os.path.abspath(path), "sha256": _sha256(path), "format": kind,
-                     "unit": str(ev.input_unit), "rows": len(ids)},
-           "workdir": os.path.abspath(workdir), "checkpoint_step": run.checkpoint_step,
-           "params": "ema" if bool(ev.use_ema) else "raw", "model_length": run.seq_len,
-           "estimator": est.estimator, "num_samples_per_window": int(est.num_samples),
-           "forward_passes": int(passes.sum()), **se, "summary": summary,
-           "cleaning": {"rules": "text8 (infodiff.data.text.CLEANING_RULES)",
-                        "rows_changed": int(sum(1 for c in changed if c)), "characters": all_changed},
-           "rows_preview": rows[:10]}
-    files = _write_rows(out_dir, rows)
-    png = os.path.join(out_dir, "rows.png")
-    try:
-        plots.input_rows_png(png, rows, kind, quantity)
-        files.append(png)
-    except (OSError, ValueError) as e:
-        rep["plot_notes"] = [f"rows.png not written: {e}"]
-    rep["files"] = files
-    rep["plots"] = [png] if png in files else []
-    rep.update(report_lib.common(config, int(ev.seed), t0))
+    cleaning = {"rules": "text8 (infodiff.data.text.CLEANING_RULES)",
+                "rows_changed": int(sum(1 for c in changed if c)), "characters": all_changed}
+    if kind != "text":
+        cut = [r for r in rows if r["context_chars"] < r["prompt_chars"]]
+        unseen = [r["id"] for r in rows if r["prompt_chars"] > 0 and r["context_chars"] == 0]
+        summary.update(rows_prompt_cut=len(cut), rows_prompt_unseen=len(unseen))
+    rep = _report(config, kind, quantity, {"item": "row", "nll": "nats per row"}, path, len(ids), workdir,
+                  run.checkpoint_step, run.seq_len, est, summary, run.task.process_info(run.process), cleaning,
+                  rows, out_dir, t0)
+    if tse is not None:
+        rep.update(target_se=tse, target_se_reached=bool(est.info["target_se_reached"]),
+                   max_samples_per_window=int(est.info["max_samples"]))
+        if not est.info["target_se_reached"]:
+            rep.setdefault("notes", []).append(
+                f"target_se {tse} not reached by every row at {est.num_samples} samples per window "
+                f"(config.eval.input_max_samples); the largest SE is {float(est.stderr.max()):.4g}")
+    if kind != "text" and cut:
+        rep.setdefault("notes", []).append(
+            f"{len(cut)} of {len(rows)} rows saw only the last characters of their prompt (the model sees "
+            f"{run.seq_len} characters: the response's first window keeps L - its length; rows.jsonl: context_chars)"
+            + (f"; {len(unseen)} rows saw none of it (a response of {run.seq_len} characters or more): ids "
+               f"{', '.join(unseen[:10])}" if unseen else ""))
     return rep, out_dir
 
 

@@ -70,9 +70,8 @@ def _steps(spec) -> list[int]:
 
 def _load_or_make_oracle(config, out_dir):
     d = config.data
-    alphabet = d.get("alphabet", "") or None
-    if d.path:
-        orc = oracles.load_oracle(d.name, d.path, alphabet=alphabet)
+    if d.path:  # the generation keys (seed, seq_len, ...) are not read (infodiff/config_usage.py)
+        orc = oracles.load_oracle(d.name, d.path, alphabet=d.get("alphabet", "") or None)
         return orc, os.path.abspath(d.path)
     rng = np.random.default_rng(d.seed)
     if d.name == "tabular":

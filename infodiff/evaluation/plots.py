@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-__all__ = ["count_samples_png", "training_curves", "training_curves_png", "input_rows_png"]
+__all__ = ["count_samples_png", "training_curves", "training_curves_png", "input_rows_png", "oracle_estimates_png"]
 
 # Labels of the bits metric a task logs (Task.metric) when the report's units are not given.
 _BITS_UNITS = {"bpc": {"nll": "nats per sequence", "bits": "bits per character"},
@@ -226,23 +226,23 @@ def training_curves_png(path: str, metrics_jsonl_path: str, units: dict | None =
     return path
 
 
-def input_rows_png(path: str, rows: list[dict], kind: str, quantity: str) -> None:
+def input_rows_png(path: str, rows: list[dict], kind: str, quantity: str, bits: str = "bits per character") -> None:
     """The rows of a scored input file (:mod:`infodiff.evaluation.inputs`): for documents and
     responses a histogram of bits per character and each row's NLL (nats) +- 2 SE against its
-    length; for ratios each row's coupled log-ratio +- 2 SE, with the decoupled +- 2 SE beside it."""
+    length (counts: against the row); for ratios each row's coupled log-ratio +- 2 SE, with the decoupled +- 2 SE beside it."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     v = np.array([r["value"] for r in rows])
     se = np.array([r["se"] for r in rows])
-    if kind in ("text", "pairs"):
-        bpc = np.array([r["bits_per_char"] for r in rows])
+    if kind in ("text", "pairs", "counts"):
+        bpc = np.array([r["bits_per_dim" if kind == "counts" else "bits_per_char"] for r in rows])
         axes[0].hist(bpc, bins=min(30, max(5, len(rows) // 2)), color="C0", edgecolor="white")
-        axes[0].set_xlabel("bits per character")
+        axes[0].set_xlabel(bits)
         axes[0].set_ylabel("rows")
         axes[0].set_title(f"{quantity}: {len(rows)} rows")
-        n = np.array([r["chars"] for r in rows])
+        n = np.arange(len(rows)) if kind == "counts" else np.array([r["chars"] for r in rows])
         axes[1].errorbar(n, v, yerr=2 * se, fmt="o", ms=3, capsize=2, color="C0")
-        axes[1].set_xlabel("characters scored")
+        axes[1].set_xlabel("characters scored" if kind != "counts" else "row")
         axes[1].set_ylabel("NLL (nats) ± 2 SE")
         axes[1].set_title("per row")
     else:
@@ -262,8 +262,50 @@ def input_rows_png(path: str, rows: list[dict], kind: str, quantity: str) -> Non
         axes[1].set_xlabel("SE decoupled / SE coupled")
         axes[1].set_ylabel("rows")
         axes[1].set_title("what the coupling saves")
+    from matplotlib.ticker import MaxNLocator
+
+    hist = axes[0] if kind != "ratios" else axes[1]
+    hist.yaxis.set_major_locator(MaxNLocator(integer=True))  # row counts
+    if kind == "ratios" and len(rows) <= 30:
+        axes[0].set_xticks(np.arange(len(rows)), [str(r["id"]) for r in rows], rotation=90, fontsize=7)
+        axes[0].set_xlabel("row id")
     for ax in axes:
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def oracle_estimates_png(path: str, results: dict) -> bool:
+    """An oracle report's estimators against the exact values: per section (-log p(x),
+    -log p(y | x), the coupled and decoupled log-ratios) each estimator's mean estimate minus the
+    exact mean (nats) +- 2 of its SEs, a line at 0; exact rows (SE 0) drawn as squares. Returns
+    False (nothing written) when the report has no estimator rows."""
+    sections = [(name, results.get(key, [])) for key, name in
+                (("unconditional", "-log p(x)"), ("conditional", "-log p(y | x)"))]
+    ratio = [dict(p[k], estimator=f"{p['estimator']}:{k}") for p in results.get("ratio", []) for k in ("coupled", "decoupled")]
+    sections.append(("log p(y | x) - log p(y' | x)", ratio))
+    sections = [(n, rows) for n, rows in sections if rows]
+    if not sections:
+        return False
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(sections), figsize=(4.2 * len(sections) + 1, 4.2), squeeze=False)
+    for ax, (name, rows) in zip(axes[0], sections):
+        i = np.arange(len(rows))
+        bias = np.array([r["bias"] for r in rows])
+        se = np.array([r["bias_stderr"] for r in rows])
+        exact = np.array([bool(r.get("exact")) for r in rows])
+        ax.errorbar(i[~exact], bias[~exact], yerr=2 * se[~exact], fmt="o", ms=4, capsize=3, color="C0",
+                    label="estimate - exact ± 2 SE")
+        if exact.any():
+            ax.plot(i[exact], bias[exact], "s", color="C2", label="exact (all subsets enumerated)")
+        ax.axhline(0.0, color="grey", lw=0.8)
+        ax.set_xticks(i, [r["estimator"] for r in rows], rotation=45, ha="right", fontsize=8)
+        ax.set_ylabel("bias (nats)")
+        ax.set_title(f"{name}\nexact mean {rows[0]['mean_exact']:.3f} nats", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

@@ -39,9 +39,9 @@ NETWORK_KEYS = ("workdir", "checkpoint_step", "params", "data", "estimator", "in
                 "sampler", "sample_steps", "extras", "se_method", "se_note", "exact", "min_samples",
                 "few_samples_per_item", "plot_notes")
 ORACLE_KEYS = ("oracle", "num_items", "item_size", "prompt_len", "results")
-INPUT_KEYS = ("quantity", "input", "workdir", "checkpoint_step", "params", "model_length", "estimator",
+INPUT_KEYS = ("quantity", "input", "workdir", "checkpoint_step", "params", "model_length", "estimator", "infinite_variance",
               "num_samples_per_window", "forward_passes", "se_method", "se_note", "exact", "min_samples",
-              "few_samples", "summary", "cleaning", "rows_preview", "files")
+              "few_samples", "summary", "rows_preview", "files")  # text runs add "cleaning"
 ROW_KEYS = ("estimator", "mean_estimate", "mean_exact", "bias", "bias_stderr", "bias_z",
             "max_abs_z_per_sequence", "per_sample_std", "per_sample_variance", "variance_per_forward_pass",
             "stderr_at_1024_forward_passes", "terms", "num_samples", "forward_passes", "infinite_variance",
@@ -222,29 +222,38 @@ def _format_input(r: dict) -> str:
     rows = [["input", f"{inp['path']} ({inp['format']}, {inp['rows']} rows)"],
             ["quantity", f"{r['quantity']}, {r['units']['nll']}"],
             ["checkpoint", f"step {r['checkpoint_step']} ({r['params']} params), model length {r['model_length']}"],
-            ["estimator", f"{r['estimator']}, {r['num_samples_per_window']} samples per window"],
+            ["estimator", f"{r['estimator']}, {r['num_samples_per_window']} samples per window"
+             + (" (INFINITE VARIANCE: SEs unreliable)" if r["infinite_variance"] else "")],
             ["forward passes", r["forward_passes"]],
-            ["SE method", r["se_method"] + (f"; per-row SEs rest on fewer than {r['min_samples']} samples"
-                                           if r["few_samples"] else "")]]
+            ["SE method", r["se_method"] + ("" if r["infinite_variance"] or not r["few_samples"] else
+                                           f"; per-row SEs rest on fewer than {r['min_samples']} samples")]]
     if inp["format"] == "ratios":
         rows += [["mean log-ratio", f"{s['mean_log_ratio']:+.4f} ± {s['mean_log_ratio_stderr']:.4f}"],
                  ["resolved at 2 SE", f"{s['fraction_resolved_2se']:.0%} coupled, "
                                       f"{s['fraction_resolved_2se_decoupled']:.0%} decoupled"],
                  ["a more likely", f"{s['fraction_a_more_likely']:.0%} of rows"],
                  ["SE decoupled / coupled", f"{s['se_ratio_decoupled_over_coupled_median']:.2f} (median)"]]
+    elif inp["format"] == "counts":
+        rows += [["total NLL (nats)", f"{s['total_nats']:.3f} ± {s['total_stderr']:.3f}"],
+                 ["bits per dimension", f"{s['bits_per_dim']:.4f} ± {s['bits_per_dim_stderr']:.4f} "
+                                        f"({s['dimensions']} dimensions)"]]
     else:
         rows += [["total NLL (nats)", f"{s['total_nats']:.3f} ± {s['total_stderr']:.3f}"],
                  ["bits per character", f"{s['bits_per_char']:.4f} ± {s['bits_per_char_stderr']:.4f} "
                                         f"({s['characters']} characters)"]]
-    c = r["cleaning"]
-    rows.append(["cleaned (text8 rules)", f"{c['rows_changed']} rows changed; characters: "
-                 + (", ".join(f"{k!r} x{v}" for k, v in sorted(c["characters"].items(), key=lambda kv: -kv[1])[:12])
-                    or "none")])
+    c = r.get("cleaning")
+    if c is not None:
+        rows.append(["cleaned (text8 rules)", f"{c['rows_changed']} rows changed; characters: "
+                     + (", ".join(f"{k!r} x{v}" for k, v in sorted(c["characters"].items(), key=lambda kv: -kv[1])[:12])
+                        or "none")])
     rows.append(["wall time", f"{r['wall_time_s']:.1f} s"])
     out = "infodiff input report\n" + table(["quantity", "value"], rows)
     prev = r["rows_preview"]
     if prev:
-        if inp["format"] == "ratios":
+        if inp["format"] == "counts":
+            hdr = ["row", "NLL (nats)", "SE", "bits/dim"]
+            body = [[p["id"], f"{p['value']:.3f}", f"{p['se']:.3f}", f"{p['bits_per_dim']:.4f}"] for p in prev]
+        elif inp["format"] == "ratios":
             hdr = ["id", "log-ratio", "SE", "SE decoupled", "resolved", "windows"]
             body = [[p["id"], f"{p['value']:+.3f}", f"{p['se']:.3f}", f"{p['se_decoupled']:.3f}",
                      "yes" if p["resolved_2se"] else "no", p["windows"]] for p in prev]
@@ -253,6 +262,8 @@ def _format_input(r: dict) -> str:
             body = [[p["id"], f"{p['value']:.3f}", f"{p['se']:.3f}", p["chars"], f"{p['bits_per_char']:.3f}",
                      p["windows"], p["changed_chars"]] for p in prev]
         out += f"\n\nfirst {len(prev)} of {inp['rows']} rows:\n" + table(hdr, body)
+    for n in r.get("notes", []):
+        out += f"\nnote: {n}"
     for p in r.get("files", []):
         out += f"\nwritten: {p}"
     for n in r.get("plot_notes", []):

@@ -128,7 +128,8 @@ def evaluate_oracle(config: ml_collections.ConfigDict) -> dict:
     always; with a prompt also -log p(y | x) and the log-ratio log p(y | x) - log p(y' | x),
     y' ~ p(. | x), coupled (shared noise, Eq. 18) and decoupled, for the estimators that support
     them; then the case's sampler checks (total variation of generated samples to the true law).
-    Units: nats per item / response / ratio.
+    Units: nats per item / response / ratio. Figures: the case's, and ``estimates.png`` (each
+    estimator's bias +- 2 SE against the exact values, :func:`plots.oracle_estimates_png`).
     """
     t0 = time.time()
     ev = config.eval
@@ -162,10 +163,20 @@ def evaluate_oracle(config: ml_collections.ConfigDict) -> dict:
                     vd / vc if vc > 0 else (float("inf") if vd > 0 else float("nan")))
                 results["ratio"].append(pair)
     results["samplers"] = case.samplers()
+    figures = case.plots(results, config.eval.output_dir)
+    png = os.path.join(str(config.eval.output_dir) or ".", "estimates.png")
+    try:
+        from infodiff.evaluation import plots as plots_lib
+
+        os.makedirs(os.path.dirname(png) or ".", exist_ok=True)
+        if plots_lib.oracle_estimates_png(png, results):
+            figures = [*figures, png]
+    except OSError as e:
+        warnings.warn(f"estimates.png not written: {e}")
     rep = {"version": report_lib.REPORT_VERSION, "kind": "oracle", "process": case.process_info,
            "units": case.units, "oracle": case.name, "num_items": int(x.shape[0]),
            "item_size": int(x.shape[1]), "prompt_len": int(P), **case.info, "results": results,
-           "plots": case.plots(results, config.eval.output_dir)}
+           "plots": figures}
     rep.update(report_lib.common(config, int(ev.seed), t0))
     return rep
 
