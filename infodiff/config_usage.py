@@ -175,6 +175,15 @@ CONDITIONAL: tuple[Conditional, ...] = (
     *_keys(("eval.max_examples", "eval.split", "eval.num_generate", "eval.sample_steps", "eval.gamma_min",
             "eval.gamma_max", "eval.decision"), "eval.input is not set (network mode)", _NO_INPUT,
            _all(_POISSON, _NETWORK)),
+    Conditional("data.dim", "the law data.distribution is 1-D (a 2-D law has its own dimension)",
+                lambda c: _law_is_1d(c), _POISSON),
+    *_keys(("eval.gamma_min", "eval.gamma_max", "eval.decision", "eval.sample_steps"), "eval.num_generate > 0",
+           lambda c: int(_get(c, "eval.num_generate", 0)) > 0, _all(_POISSON, _NETWORK)),
+    *_keys(("eval.gamma_min", "eval.gamma_max", "eval.decision"), "eval.sampler_steps is not empty",
+           lambda c: len(tuple(_get(c, "eval.sampler_steps", ()) or ())) > 0, _all(_POISSON, _ORACLE)),
+    # generated samples of text runs
+    *_keys(("eval.sample_steps", "eval.sampler"), "eval.num_generate > 0",
+           lambda c: int(_get(c, "eval.num_generate", 0)) > 0, _all(_NETWORK, _is_not("process.name", "poisson"))),
     # noise schedules, objectives, optimiser
     *_keys(("process.sigma_min", "process.sigma_max"), "process.schedule = 'geometric'",
            _is("process.schedule", "geometric")),
@@ -200,6 +209,20 @@ CONDITIONAL: tuple[Conditional, ...] = (
     *_keys(("eval.num_generate", "eval.sampler_methods"), "eval.sampler_steps is not empty",
            lambda c: len(tuple(_get(c, "eval.sampler_steps", ()) or ())) > 0, _ORACLE),
 )
+
+
+def _law_is_1d(config) -> bool:
+    """Whether a Poisson config's count law is 1-D (a pmf file always is; an unknown name counts
+    as 1-D here and is refused where the law is built)."""
+    if _ORACLE(config) and _get(config, "data.path"):
+        return True
+    from infodiff.data import count_synthetic as cs
+
+    name = str(_get(config, "data.distribution", "") or "zip")
+    try:
+        return cs.get_distribution(name).dim == 1
+    except (KeyError, ValueError):
+        return True
 
 
 def not_read(config: ml_collections.ConfigDict) -> dict[str, Conditional]:

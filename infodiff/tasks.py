@@ -215,7 +215,7 @@ def check_sedd_eval_config(config: ml_collections.ConfigDict) -> None:
     ls = ev.get("lambda_sampling", None)
     if ls is not None and ls not in score_entropy.LAMBDA_SAMPLING:
         raise ValueError(f"config.eval.lambda_sampling={ls!r}; choose from {score_entropy.LAMBDA_SAMPLING}")
-    if ev.get("sampler", "tweedie") not in ("euler", "tweedie"):
+    if int(ev.get("num_generate", 0)) > 0 and ev.get("sampler", "tweedie") not in ("euler", "tweedie"):
         raise ValueError(f"config.eval.sampler={ev.sampler!r}; choose 'euler' or 'tweedie'")
     if int(ev.get("num_samples", 2)) < 2:
         raise ValueError(f"config.eval.num_samples={ev.num_samples} must be >= 2 to report a standard error")

@@ -89,6 +89,11 @@ VARIANTS = {
     "tabular_file": ("oracle_tabular", {"data.path": "TABLE_JSON"}),
 }
 EVERY_VARIANTS = {"masked_t_dce": ("masked_text", {"process.objective": "t_dce", "process.finite_T": 4}),
+                  "sedd_no_samples": ("sedd_uniform_text", {"eval.num_generate": 0}),
+                  "poisson_2d_no_samples": ("poisson_synthetic", {"data.distribution": "bivariate_poisson",
+                                                                  "eval.num_generate": 0}),
+                  "oracle_poisson_2d": ("oracle_poisson", {"data.distribution": "bivariate_poisson",
+                                                           "eval.sampler_steps": ()}),
                   "poisson_input": ("poisson_synthetic", {"eval.input": "COUNTS_NPY"})}
 VARIANT_NAMES = list(VARIANTS) + (list(EVERY_VARIANTS) if os.environ.get("INFODIFF_ALL_CONFIGS") else [])
 

@@ -164,7 +164,9 @@ def _evaluate_counts(config, workdir, t0) -> tuple[dict, str]:
     ev = config.eval
     path = str(ev.input)
     task = tasks.make_task(config)
-    task.check_eval_config()
+    if int(ev.num_samples) < 2 or int(ev.batch_size) < 1:  # the split's other eval keys are not read here
+        raise ValueError(f"config.eval.num_samples={ev.num_samples} must be >= 2 and config.eval.batch_size="
+                         f"{ev.batch_size} >= 1")
     x = read_counts(path, tuple(task.data.event_shape), int(task.data.max_count))
     state, meta = training.load_checkpoint(workdir, task)
     den = task.denoiser(state.ema_params if bool(ev.use_ema) else state.params)
