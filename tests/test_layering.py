@@ -4,12 +4,14 @@ a private name of another module; matplotlib is imported only where a plot is dr
 import ast
 import pathlib
 
+from tests._source import parse_source
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LIB = sorted((ROOT / "infodiff").rglob("*.py"))
 
 
 def _tree(path):
-    return ast.parse(path.read_text(), filename=str(path))
+    return parse_source(path)
 
 
 def _imported_modules(tree):

@@ -12,6 +12,8 @@ import re
 import sys
 import tomllib
 
+from tests._source import parse_source
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIRST_PARTY = {"infodiff", "configs", "experiments"}
 # Imported by jax, not by infodiff; declared so that the tested jaxlib comes with it.
@@ -38,7 +40,7 @@ def _third_party_imports() -> dict[str, set[str]]:
     files = sorted((ROOT / "infodiff").rglob("*.py")) + [ROOT / "train.py", ROOT / "evaluate.py"]
     found: dict[str, set[str]] = {}
     for path in files:
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        for node in ast.walk(parse_source(path)):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
