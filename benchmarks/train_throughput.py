@@ -14,7 +14,14 @@ Kaplan et al. 2020), so "achieved FLOP/s" counts only the matmul work of the mod
 optimizer, LayerNorm, softmax or the mask sampling. The reference is the dense float32 matmul
 rate of this process (``jnp.dot`` of two ``--matmul_size`` square matrices, best of several
 timed runs with ``block_until_ready``); the ratio is the model-FLOP utilisation (MFU) relative
-to that, not to a datasheet peak. A benchmark, not a test: it asserts nothing.
+to that, not to a datasheet peak.
+
+The peer: a plain train step of the same FLOPs timed in the same run, interleaved repeat by
+repeat with the library's: ``benchmarks/plain_transformer.py`` (the transformer in plain jnp on
+the same parameters, token-major attention), a masked cross-entropy weighted by 1 / t with
+t ~ U(0, 1), and ``optax.adamw`` + clipping + EMA written out here. "vs plain step" is the
+library's tokens/s over the peer's, so a regression of the library shows as a ratio, not as an
+absolute time. A benchmark, not a test: it asserts nothing.
 """
 
 import os
@@ -63,6 +70,49 @@ def matmul_flops_per_s(n: int, repeats: int = 10) -> float:
     return 2.0 * n**3 / best
 
 
+def _plain_step_runner(config, params, batches):
+    """``run(n)``: n plain train steps (the peer, see the module docstring) from ``params``."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from benchmarks.plain_transformer import reference_forward
+
+    m, o = config.model, config.optim
+    V = int(config.data.vocab_size)
+    clip = optax.clip_by_global_norm(float(o.grad_clip)) if float(o.grad_clip) > 0 else optax.identity()
+    opt = optax.chain(clip,
+                      optax.adamw(float(o.lr), b1=float(o.b1), b2=float(o.b2), eps=float(o.eps),
+                                  weight_decay=float(o.weight_decay)))
+
+    def loss(p, x_BxL, key):
+        kt, km = jax.random.split(key)
+        t_B = jax.random.uniform(kt, (x_BxL.shape[0],), minval=1e-3)
+        mask_BxL = jax.random.uniform(km, x_BxL.shape) < t_B[:, None]
+        z_BxL = jnp.where(mask_BxL, V, x_BxL)
+        logp_BxLxV = reference_forward(p, z_BxL, t_B, num_layers=int(m.num_layers), num_heads=int(m.num_heads))
+        ce_BxL = -jnp.take_along_axis(logp_BxLxV, x_BxL[..., None], -1)[..., 0]
+        return jnp.mean(jnp.sum(jnp.where(mask_BxL, ce_BxL, 0.0), -1) / t_B)
+
+    @jax.jit
+    def step(carry, x_BxL, key):
+        p, ema, s = carry
+        g = jax.grad(loss)(p, x_BxL, key)
+        u, s = opt.update(g, s, p)
+        p = optax.apply_updates(p, u)
+        return p, optax.incremental_update(p, ema, step_size=1.0 - float(o.ema_decay)), s
+
+    carry = [(params, params, opt.init(params))]
+    key = jax.random.key(2)
+
+    def run(n):
+        for i in range(n):
+            carry[0] = step(carry[0], batches[i % len(batches)], jax.random.fold_in(key, i))
+        jax.block_until_ready(carry[0])
+
+    return run
+
+
 def main(argv):
     del argv
     import jax
@@ -96,16 +146,22 @@ def main(argv):
             step += 1
         jax.block_until_ready((state, metrics))
 
+    peer_run = _plain_step_runner(config, jax.device_get(state.params), batches)
     t0 = time.perf_counter()
     run(1)
     compile_s = time.perf_counter() - t0
     run(_WARMUP.value)
-    times = []
-    for _ in range(_REPEATS.value):
+    peer_run(1 + _WARMUP.value)
+    times, peer_times = [], []
+    for _ in range(_REPEATS.value):  # interleaved: both see the same machine state
         t0 = time.perf_counter()
         run(_STEPS.value)
         times.append((time.perf_counter() - t0) / _STEPS.value)
+        t0 = time.perf_counter()
+        peer_run(_STEPS.value)
+        peer_times.append((time.perf_counter() - t0) / _STEPS.value)
     step_med, step_best = statistics.median(times), min(times)
+    peer_med = statistics.median(peer_times)
 
     fpt = flops_per_token(model)
     tokens_per_step = B * L
@@ -130,6 +186,8 @@ def main(argv):
         ("achieved model FLOP/s", _fmt(achieved, "FLOP/s")),
         (f"float32 matmul {_MATMUL.value}^2 FLOP/s", _fmt(peak, "FLOP/s")),
         ("fraction of matmul rate", f"{achieved / peak:.1%}"),
+        ("plain jnp step (median)", f"{peer_med * 1e3:.2f} ms, {tokens_per_step / peer_med:,.0f} tokens/s"),
+        ("tokens/s vs plain step", f"{peer_med / step_med:.2f}x"),
     ]
     width = max(len(k) for k, _ in rows)
     print()

@@ -2,15 +2,23 @@
 
 python run_experiment.py --config configs/exp_markov_cond.py --workdir results/markov_cond
 Sequences of 32 = 16-symbol prompt + 16-symbol response over ACGT; conditional NLL of the
-response by the stratified estimator vs the exact chain-rule value. Paper size:
---config.model.width=256 --config.model.num_layers=8 --config.model.num_heads=8
---config.train.batch_size=1024 --config.train.num_steps=80000 --config.optim.lr=6e-4
+response by the stratified estimator vs the exact chain-rule value. The chain is generated
+(toy.temperature), or read from a table file (toy.table, {context: {symbol: probability}}, order
+4), e.g. the table released with arXiv 2510.24088. The paper's settings (8 x 256, 80k steps x
+1024, lr 6e-4, the released optimiser, see configs/exp_dna128.py) are the override set
+``paper``:
+
+python run_experiment.py --config configs/exp_markov_cond.py:paper --workdir results/markov_paper \
+    --config.toy.table=PATH/TO/markov_data_table.json
 """
 
 from configs import exp_dna128
 
+PAPER = dict(exp_dna128.PAPER_COMMON, **{"train.batch_size": 1024, "train.num_steps": 80_000, "optim.lr": 6e-4,
+                                         "train.eval_every": 5000, "train.ckpt_every": 5000})
 
-def get_config():
+
+def get_config(variant: str = ""):
     # Same model, optimiser and cadence as the DNA-128 toy; other data and batch size.
     c = exp_dna128.get_config()
     c.experiment = "markov_cond"
@@ -21,6 +29,6 @@ def get_config():
     # on the uniform plateau for thousands of steps; the paper's released table is itself far
     # more peaked than its stated recipe (docs/discrete_diffusion.md §10.2). Override with --config.toy.temperature.
     del c["toy"]
-    c.toy = dict(seed=0, temperature=0.15, prompt_len=16, response_len=16, num_train=200_000,
+    c.toy = dict(seed=0, temperature=0.15, table="", prompt_len=16, response_len=16, num_train=200_000,
                  num_valid=2_000, num_pairs=64, estimator="stratified", num_mc=64)
-    return c
+    return exp_dna128.apply_variant(c, variant, PAPER)

@@ -86,10 +86,18 @@ def toy_corpus(sample_fn, n_train: int, n_valid: int, seed: int, name: str) -> T
 
 def train_model(config, workdir: str, corpus) -> Denoiser:
     """Train (or resume) `tasks.make_task(config, data=corpus)` with `training.train` in
-    `<workdir>/train`; return the EMA denoiser."""
+    `<workdir>/train`; draw its learning curves into `<workdir>/train/training_curves.png`;
+    return the EMA denoiser."""
+    from infodiff.evaluation import plots
+
     train_dir = os.path.join(workdir, "train")
     task = tasks.make_task(config, data=corpus)
     training.train(task, train_dir)
+    metrics = os.path.join(train_dir, "metrics.jsonl")
+    try:
+        plots.training_curves_png(os.path.join(train_dir, "training_curves.png"), metrics, task.units)
+    except ValueError as e:  # no validation record yet (train.eval_every > num_steps)
+        warnings.warn(f"no learning-curve plot: {e}")
     state, _ = training.load_checkpoint(train_dir, task)
     return task.denoiser(state.ema_params)
 
@@ -238,10 +246,28 @@ def run_dna128(config, workdir: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 # 2. 4th-order Markov chain, conditional NLL
 # ---------------------------------------------------------------------------------------------
+def markov_chain(tc) -> oracles.MarkovOracle:
+    """The toys' 4th-order chain over ACGT: read from ``tc.table`` (a {context: {symbol:
+    probability}} JSON file, e.g. the table released with arXiv 2510.24088) when set, else
+    generated with rows softmax(u / tc.temperature) from seed tc.seed. Raises FileNotFoundError
+    naming a missing file, ValueError for a malformed table or an order other than 4."""
+    path = str(tc.get("table", "") or "")
+    if not path:
+        return oracles.random_markov(np.random.default_rng(tc.seed), "ACGT", 4, tc.temperature)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"config.toy.table={path!r}: no such file (a JSON {{context: {{symbol: "
+                                "probability}}}} table of order 4 over ACGT)")
+    chain = oracles.MarkovOracle.from_json(path, alphabet="ACGT")
+    if chain.order != 4:
+        raise ValueError(f"config.toy.table={path!r}: a chain of order {chain.order}; the Markov-4 toy needs "
+                         "contexts of 4 symbols")
+    return chain
+
+
 def run_markov_cond(config, workdir: str) -> dict:
     """Conditional NLL of 16-symbol responses given 16-symbol prompts, 4th-order chain.
 
-    Chain: rows softmax(u / 0.5) (seed config.toy.seed). Prompts: stationary samples;
+    Chain: :func:`markov_chain` (config.toy.table, or generated). Prompts: stationary samples;
     responses freshly sampled from the chain given the prompt (as the paper's evaluator).
     Estimator config.toy.estimator (default: stratified) with config.toy.num_mc samples;
     the exact value is the chain rule of the table.
@@ -249,7 +275,7 @@ def run_markov_cond(config, workdir: str) -> dict:
     t0 = time.time()
     tc = config.toy
     P, R = int(tc.prompt_len), int(tc.response_len)
-    chain = oracles.random_markov(np.random.default_rng(tc.seed), "ACGT", 4, tc.temperature)
+    chain = markov_chain(tc)
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "table.json"), "w") as f:
         json.dump(chain.to_json(), f)
@@ -428,7 +454,7 @@ def run_variance(config, workdir: str) -> dict:
     vc = config.variance
     tc = config.toy
     P, R = int(tc.prompt_len), int(tc.response_len)
-    chain = oracles.random_markov(np.random.default_rng(tc.seed), "ACGT", 4, tc.temperature)
+    chain = markov_chain(tc)
     corpus = toy_corpus(lambda rng, n: chain.sample(rng, n, P + R), tc.num_train, tc.num_valid,
                         tc.seed + 1, "markov4")
     model = train_model(config, vc.get("model_workdir", "") or workdir, corpus)

@@ -58,6 +58,9 @@ def exit_on_user_error(main: Callable) -> Callable:
 
     @functools.wraps(main)
     def wrapped(*args, **kwargs):
+        from infodiff import interrupts
+
+        interrupts.install()  # a Ctrl-C swallowed by a gc callback still stops the driver
         try:
             return main(*args, **kwargs)
         except KeyboardInterrupt:

@@ -205,6 +205,9 @@ CONDITIONAL: tuple[Conditional, ...] = (
     *_keys(("eval.num_samples", "eval.max_sequences", "eval.split", "eval.num_generate", "eval.sample_steps"),
            "eval.input is not set (in input mode the budget is eval.input_samples)", _NO_INPUT,
            _all(_NETWORK, _is_not("process.name", "poisson"))),
+    # the Markov-4 toys (experiments/paper.py): a table file, or a generated chain
+    Conditional("toy.temperature", "toy.table is empty (a generated chain)", lambda c: not _get(c, "toy.table"),
+                lambda c: _get(c, "toy.table") is not None),
     # oracle-mode samplers
     *_keys(("eval.num_generate", "eval.sampler_methods"), "eval.sampler_steps is not empty",
            lambda c: len(tuple(_get(c, "eval.sampler_steps", ()) or ())) > 0, _ORACLE),

@@ -35,6 +35,7 @@ import numpy as np
 import scipy.stats
 
 from infodiff import denoisers
+from infodiff import interrupts
 from infodiff import schedules as schedules_lib
 from infodiff.processes import masked
 from infodiff.processes import poisson
@@ -42,7 +43,7 @@ from infodiff.processes import score_entropy as se
 from infodiff import validation
 from infodiff.validation import validate_tokens
 
-__all__ = ["Estimate", "estimate", "nll", "conditional_nll", "paired_conditional_nll", "paired_nll", "log_ratio",
+__all__ = ["Estimate", "estimate", "slice_rows", "SLICE_TOKENS", "nll", "conditional_nll", "paired_conditional_nll", "paired_nll", "log_ratio",
            "masked_process", "imdse_nll", "imdse_conditional_nll", "poisson_nll", "ESTIMATORS",
            "TERMS"]
 
@@ -272,11 +273,44 @@ class Estimate:
 # ---------------------------------------------------------------------------------------------
 # The Monte Carlo driver
 # ---------------------------------------------------------------------------------------------
-@functools.partial(jax.jit, static_argnames=("process", "apply_fn", "num_samples", "per"))
-def _chunk_values(process, apply_fn, params, key, s0, xs_NxBxL, target_BxL, num_samples, per):
+# Rows of one denoiser evaluation inside a driver call, by backend: the forward's rows/s on a
+# CPU fall ~3x from 32 to 256 rows of L = 64 (the attention's working set leaves the cache), so
+# a call of eval.batch_size rows runs as lax.map over slices of about this many tokens. Backends
+# not listed evaluate a call in one piece. The slicing never changes the random draws.
+SLICE_TOKENS = {"cpu": 2048}
+
+
+def slice_rows(seq_len: int, backend: str | None = None) -> int:
+    """Rows per denoiser evaluation for sequences of ``seq_len`` tokens on ``backend`` (default
+    JAX's); 0 = the whole call at once."""
+    tokens = SLICE_TOKENS.get(backend or jax.default_backend(), 0)
+    return max(1, tokens // max(1, int(seq_len))) if tokens else 0
+
+
+def _in_slices(fn, rows: int, *args_R):
+    """``fn(*args_R)`` for a row-wise ``fn`` whose arguments are pytrees with leading dimension
+    R, evaluated by ``lax.map`` over slices of ``rows`` rows (the last slice filled by wrapping
+    around and trimmed). The same values as one evaluation, to float rounding."""
+    R = jax.tree.leaves(args_R)[0].shape[0]
+    if not rows or R <= rows:
+        return fn(*args_R)
+    n = -(-R // rows)
+    if n * rows == R:
+        take = lambda a: a.reshape((n, rows) + a.shape[1:])
+    else:
+        idx = jnp.arange(n * rows) % R
+        take = lambda a: a[idx].reshape((n, rows) + a.shape[1:])
+    out = jax.lax.map(lambda a: fn(*a), jax.tree.map(take, args_R))
+    return out.reshape((n * rows,) + out.shape[2:])[:R]
+
+
+@functools.partial(jax.jit, static_argnames=("process", "apply_fn", "num_samples", "per", "rows"))
+def _chunk_values(process, apply_fn, params, key, s0, xs_NxBxL, target_BxL, num_samples, per, rows=0):
     """S draws per row, shared by every x in xs (coupling). float32 [N, B, S]. A target of
     shape [N, B, L] (a pair whose two inputs score different positions) draws each input's
-    noise from the same key on its own target (common random numbers where the targets agree)."""
+    noise from the same key on its own target (common random numbers where the targets agree).
+    The noise is drawn for the whole call; the denoiser runs in slices of ``rows`` rows
+    (:func:`_in_slices`; 0 = at once)."""
     N, B = xs_NxBxL.shape[:2]
     R = B * num_samples * per
     sample_R = (s0 + (jnp.arange(R) // per) % num_samples).astype(jnp.int32)
@@ -284,13 +318,14 @@ def _chunk_values(process, apply_fn, params, key, s0, xs_NxBxL, target_BxL, num_
     if not per_input:
         tgt = jnp.repeat(target_BxL, num_samples * per, axis=0)  # [R, L]
         noise = process.draw_noise(key, tgt, sample_R)
+    integrand = lambda x, nz, t: process.integrand(apply_fn, params, x, nz, t)
     outs = []
     for n in range(N):
         if per_input:
             tgt = jnp.repeat(target_BxL[n], num_samples * per, axis=0)
             noise = process.draw_noise(key, tgt, sample_R)
         x = jnp.repeat(xs_NxBxL[n], num_samples * per, axis=0)
-        v = process.integrand(apply_fn, params, x, noise, tgt)
+        v = _in_slices(integrand, rows, x, noise, tgt)
         outs.append(v.reshape(B, num_samples, per).sum(axis=-1))
     return jnp.stack(outs)
 
@@ -310,7 +345,8 @@ def chunk_shape(order: str, B: int, S: int, batch_size: int, per: int) -> tuple[
 
 
 def estimate(process, denoiser, xs_NxBxL, target_BxL, key, num_samples: int, batch_size: int,
-             independent: bool = False, progress: bool = False, desc: str = "") -> np.ndarray:
+             independent: bool = False, progress: bool = False, desc: str = "",
+             rows_per_slice: int | None = None) -> np.ndarray:
     """The driver: Monte Carlo values float64 [N, B, S] of ``process.integrand``.
 
     ``target_BxL`` is bool [B, L], shared by the N inputs, or [N, B, L] (one per input).
@@ -319,11 +355,16 @@ def estimate(process, denoiser, xs_NxBxL, target_BxL, key, num_samples: int, bat
     ``chunk_shape(process.chunk_order, ...)`` rows x samples; chunk (b0, s0) uses the key
     ``fold_in(fold_in(key, b0), s0)``. The N inputs share every noise draw, or with
     ``independent`` each gets its own (``fold_in(chunk_key, 1_000_003 + n)``). ``progress``
-    shows a tqdm bar with ETA. Raises FloatingPointError naming the sequence if a value is not
-    finite.
+    shows a tqdm bar with ETA. For a ``row_wise`` process the denoiser runs in slices of
+    ``rows_per_slice`` rows inside each call (default :func:`slice_rows` of the backend; 0 = at
+    once): speed only, the draws are those of the whole call. A SIGINT recorded by
+    :mod:`infodiff.interrupts` stops the loop between calls. Raises FloatingPointError naming
+    the sequence if a value is not finite.
     """
     N, B = xs_NxBxL.shape[:2]
     apply_fn, params = denoisers.split(denoiser)
+    if rows_per_slice is None:
+        rows_per_slice = slice_rows(xs_NxBxL.shape[-1]) if process.row_wise else 0
     per = process.passes_per_sample(target_BxL)
     b_chunk, s_chunk = chunk_shape(process.chunk_order, B, num_samples, batch_size, per)
     out = np.zeros((N, B, num_samples), np.float64)
@@ -347,8 +388,9 @@ def estimate(process, denoiser, xs_NxBxL, target_BxL, key, num_samples: int, bat
                 for kn, sel in groups:
                     tgt = target_BxL[sel][:, rows] if target_BxL.ndim == 3 else target_BxL[rows]
                     vals = _chunk_values(process, apply_fn, params, kn, s0, xs_NxBxL[sel][:, rows],
-                                         tgt, s_chunk, per)
+                                         tgt, s_chunk, per, int(rows_per_slice))
                     out[sel, b0:b1, s0:s1] = np.asarray(vals, np.float64)[:, : b1 - b0, : s1 - s0]
+                    interrupts.raise_if_pending()
                     if bar is not None:
                         bar.update(1)
     finally:  # closed before an error or Ctrl-C is reported below it

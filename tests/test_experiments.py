@@ -63,6 +63,7 @@ def test_dna128_experiment_runs_and_writes_results(tmp_path):
     res = experiments.run(cfg, str(tmp_path))
     for ext in ("json", "md", "png"):
         assert os.path.getsize(tmp_path / f"results.{ext}") > 0
+    assert os.path.getsize(tmp_path / "train" / "training_curves.png") > 0
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["num_sequences"] == 128 and len(saved["per_sequence"]) == 128
     # An almost untrained model: the enumerated value is near 8 log 4 for every sequence, far
@@ -109,3 +110,64 @@ def test_bad_experiment_settings_are_refused(tmp_path):
     cfg.experiment = "nope"
     with pytest.raises(ValueError, match="unknown experiment 'nope'"):
         experiments.run(cfg, str(tmp_path))
+
+
+def test_markov_toy_reads_a_table_file_and_refuses_a_bad_one(tmp_path):
+    """config.toy.table: the chain of the file (to the table's float64 values); a missing file or
+    a chain of another order is refused naming the file."""
+    from configs import exp_markov_cond
+
+    tc = exp_markov_cond.get_config().toy
+    src = oracles.random_markov(np.random.default_rng(5), "ACGT", 4, 0.3)
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(src.to_json()))
+    tc.table = str(path)
+    chain = experiments.markov_chain(tc)
+    assert chain.order == 4
+    x = src.sample(np.random.default_rng(6), 8, 12)
+    np.testing.assert_allclose(chain.log_prob(x), src.log_prob(x), rtol=1e-12)
+    tc.table = ""  # generated: a different chain
+    assert not np.allclose(experiments.markov_chain(tc).log_prob(x), src.log_prob(x))
+    tc.table = str(tmp_path / "missing.json")
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        experiments.markov_chain(tc)
+    path3 = tmp_path / "order3.json"
+    path3.write_text(json.dumps(oracles.random_markov(np.random.default_rng(5), "ACGT", 3).to_json()))
+    tc.table = str(path3)
+    with pytest.raises(ValueError, match="order 3"):
+        experiments.markov_chain(tc)
+
+
+def test_paper_override_sets():
+    """configs/exp_*.py:paper hold the paper's settings; an unknown variant is refused."""
+    from configs import exp_dna128, exp_markov_cond
+
+    d = exp_dna128.get_config("paper")
+    assert (d.model.num_layers, d.model.width, d.model.num_heads) == (8, 256, 8)
+    assert (d.train.batch_size, d.train.num_steps, d.optim.lr) == (512, 70_000, 3e-4)
+    m = exp_markov_cond.get_config("paper")
+    assert (m.train.batch_size, m.train.num_steps, m.optim.lr) == (1024, 80_000, 6e-4)
+    for c in (d, m):
+        assert (c.optim.decay, c.optim.warmup_steps, c.optim.b2, c.optim.ema_decay, c.model.dropout) == (
+            "constant", 2500, 0.999, 0.9999, 0.02)
+    assert exp_markov_cond.get_config().train.batch_size == 64  # the CPU default is unchanged
+    with pytest.raises(ValueError, match="unknown config variant 'papr'"):
+        exp_dna128.get_config("papr")
+
+
+def test_temperature_override_with_a_table_is_refused(tmp_path):
+    """A chain read from a file has no temperature: overriding it is an unread key, refused in one
+    line before any work."""
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(oracles.random_markov(np.random.default_rng(5), "ACGT", 4).to_json()))
+    p = subprocess.run([sys.executable, "run_experiment.py", "--config", "configs/exp_markov_cond.py",
+                        f"--workdir={tmp_path / 'w'}", f"--config.toy.table={path}",
+                        "--config.toy.temperature=0.3"], cwd=repo, capture_output=True, text=True,
+                       env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=300)
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert "toy.temperature" in p.stderr and "toy.table is empty" in p.stderr, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr and not (tmp_path / "w").exists()

@@ -297,3 +297,50 @@ def test_count_params_and_flops():
     params_t = jax.eval_shape(model_t.init, jax.random.key(0), z, jnp.zeros((1,)))["params"]
     assert count_params(params_t) > count_params(params)
     assert flops_per_token(model_t) == flops_per_token(model)
+
+
+@pytest.mark.parametrize("time_conditioning", [False, True])
+def test_matches_the_reference_transformer(time_conditioning):
+    """Same parameters, same outputs as the transformer as first written (plain jnp,
+    benchmarks/plain_transformer.py), so a faster layout cannot change the function."""
+    from benchmarks.plain_transformer import reference_forward
+
+    model = _model(time_conditioning=time_conditioning, num_layers=2, num_heads=4, width=32)
+    z = _tokens(jax.random.key(7), b=3, l=L)
+    t = jnp.asarray([0.1, 0.5, 0.9], jnp.float32)
+    variables = _perturb(_init(model, z, t), 8, scale=0.3)
+    for output in ("log_softmax", "logits"):
+        got = jax.jit(lambda v, z, t: model.clone(output=output).apply(v, z, t))(variables, z, t)
+        want = reference_forward(variables["params"], z, t, num_layers=2, num_heads=4, output=output)
+        # float32 rounding of a different summation order, relative to the outputs' scale
+        scale = float(np.abs(np.asarray(want)).max())
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5 * scale)
+
+
+def test_query_blocked_attention_has_the_dense_values_and_gradients(monkeypatch):
+    """Long sequences run attention by rematerialised query blocks (memory); with blocks of 4 of
+    an L = 8 sequence the outputs and the parameter gradients are the dense ones (and the
+    reference transformer's)."""
+    from benchmarks.plain_transformer import reference_forward
+    from infodiff.networks import transformer as tr
+
+    model = _model(num_layers=2, num_heads=2, width=32)
+    z = _tokens(jax.random.key(3), b=2, l=L)
+    variables = _perturb(_init(model, z), 4, scale=0.3)
+
+    def loss(v):
+        return jnp.sum(model.apply(v, z) * jnp.arange(V, dtype=jnp.float32))
+
+    out, grads = {}, {}
+    monkeypatch.setattr(tr, "ATTENTION_BLOCK_MIN_BYTES", 0)
+    for block in (0, 4):
+        monkeypatch.setattr(tr, "ATTENTION_QUERY_BLOCK", block)
+        out[block] = np.asarray(jax.jit(lambda v: model.apply(v, z))(variables))
+        jaxpr = str(jax.make_jaxpr(lambda v: model.apply(v, z))(variables))
+        assert ("scan" in jaxpr) == (block == 4)  # the blocks really run (a lax.map over them)
+        grads[block] = jax.jit(jax.grad(loss))(variables)
+    np.testing.assert_allclose(out[4], out[0], rtol=1e-5, atol=1e-5)
+    want = reference_forward(variables["params"], z, None, num_layers=2, num_heads=2)
+    np.testing.assert_allclose(out[4], np.asarray(want), rtol=1e-5, atol=1e-5)
+    for a, b in zip(jax.tree.leaves(grads[4]), jax.tree.leaves(grads[0])):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)

@@ -13,6 +13,11 @@ Architecture (pre-LN, non-causal):
   ``x += Dropout(OutProj(Attn(RoPE(q), RoPE(k), v)))`` with ``q, k, v`` from a
   bias-free ``Dense(3D)`` of ``LN(x)``, and
   ``x += Dropout(Dense(D)(GELU_tanh(Dense(mlp_ratio * D)(LN(x)))))``;
+* attention computed head-major (``[B, H, L, K]`` straight from the ``qkv``
+  kernel, RoPE on that layout, out-projection from ``[B, H, L, K]``): the same
+  function and parameters as the token-major layout first written
+  (benchmarks/plain_transformer.py; tests/test_transformer.py compares them),
+  fewer layout copies;
 * final ``LN`` and ``Dense(V)`` head with zero-initialised kernel and bias, so
   at initialisation every output equals ``-log V`` exactly (the uniform
   distribution over real tokens).
@@ -75,7 +80,7 @@ _TIME_SCALE = 1000.0
 
 
 def apply_rope(x_BxLxHxK: jax.Array, positions_L: jax.Array,
-               base: float = 10000.0) -> jax.Array:
+               base: float = 10000.0, seq_axis: int = -3) -> jax.Array:
     """Applies rotary position embeddings (RoPE) with rotate-half pairing.
 
     Feature ``i`` is paired with feature ``i + K/2`` (``i < K/2``) and the pair
@@ -89,36 +94,41 @@ def apply_rope(x_BxLxHxK: jax.Array, positions_L: jax.Array,
 
     Args:
       x_BxLxHxK: queries or keys, shape ``[..., L, H, K]`` (any leading batch
-        dims), ``K`` even, any float dtype.
+        dims), or ``[..., H, L, K]`` (head-major) with ``seq_axis=-2``; ``K``
+        even, any float dtype.
       positions_L: positions of the ``L`` entries, shape ``[L]``, integer or
         float (units: token index).
       base: wavelength base (10000 as in RoPE / RADD).
+      seq_axis: the axis of ``L``: -3 (token-major) or -2 (head-major).
 
     Returns:
       Rotated array, same shape and dtype as ``x_BxLxHxK``.  The rotation is
       computed in float32 and cast back.
 
     Raises:
-      ValueError: if the last axis is odd or ``positions_L`` does not have
-        shape ``[L]``.
+      ValueError: if the last axis is odd, ``seq_axis`` is not -3 or -2, or
+        ``positions_L`` does not have shape ``[L]``.
     """
     K = x_BxLxHxK.shape[-1]
     if K % 2:
         raise ValueError(f"RoPE needs an even head dim, got shape {x_BxLxHxK.shape}")
-    if x_BxLxHxK.ndim < 3 or positions_L.shape != (x_BxLxHxK.shape[-3],):
+    if seq_axis not in (-3, -2):
+        raise ValueError(f"seq_axis must be -3 ([..., L, H, K]) or -2 ([..., H, L, K]); got {seq_axis}")
+    if x_BxLxHxK.ndim < 3 or positions_L.shape != (x_BxLxHxK.shape[seq_axis],):
         raise ValueError(
             f"positions shape {positions_L.shape} does not match x shape "
-            f"{x_BxLxHxK.shape} (expected [..., L, H, K] and [L])")
+            f"{x_BxLxHxK.shape} (expected [..., L, H, K] or [..., H, L, K] and [L])")
     half = K // 2
     inv_freq_K2 = base ** (-jnp.arange(half, dtype=jnp.float32) * 2.0 / K)
     theta_LxK2 = positions_L.astype(jnp.float32)[:, None] * inv_freq_K2[None, :]
     theta_LxK = jnp.concatenate([theta_LxK2, theta_LxK2], axis=-1)
-    cos_Lx1xK = jnp.cos(theta_LxK)[:, None, :]
-    sin_Lx1xK = jnp.sin(theta_LxK)[:, None, :]
+    cos_LxK, sin_LxK = jnp.cos(theta_LxK), jnp.sin(theta_LxK)
+    if seq_axis == -3:
+        cos_LxK, sin_LxK = cos_LxK[:, None, :], sin_LxK[:, None, :]
     x = x_BxLxHxK.astype(jnp.float32)
     x1, x2 = x[..., :half], x[..., half:]
     rot = jnp.concatenate([-x2, x1], axis=-1)
-    out = x * cos_Lx1xK + rot * sin_Lx1xK
+    out = x * cos_LxK + rot * sin_LxK
     return out.astype(x_BxLxHxK.dtype)
 
 
@@ -168,6 +178,55 @@ class _Norm(nn.Module):
         return y_BxLxD * (1.0 + scale_BxD[:, None, :]) + shift_BxD[:, None, :]
 
 
+class _Kernel(nn.Module):
+    """A bias-free ``Dense`` kernel ``[in, out]`` as a parameter (same name, shape and
+    initialiser as ``nn.Dense(out, use_bias=False)``, so checkpoints and initial values are
+    those of a Dense layer), applied by the caller's einsum in whatever layout suits it."""
+
+    shape: tuple
+
+    @nn.compact
+    def __call__(self) -> jax.Array:
+        return self.param("kernel", nn.initializers.lecun_normal(), self.shape, jnp.float32)
+
+
+def _attend_dense(q_BxHxQxK: jax.Array, k_BxHxLxK: jax.Array, v_BxHxLxK: jax.Array,
+                  dtype: Any) -> jax.Array:
+    K = q_BxHxQxK.shape[-1]
+    scores_BxHxQxL = jnp.einsum("bhqk,bhsk->bhqs", q_BxHxQxK, k_BxHxLxK,
+                                preferred_element_type=jnp.float32) / math.sqrt(K)
+    attn_BxHxQxL = jax.nn.softmax(scores_BxHxQxL, axis=-1)
+    return jnp.einsum("bhqs,bhsk->bhqk", attn_BxHxQxL.astype(dtype), v_BxHxLxK)
+
+
+# Query blocks of large attention: when a layer's float32 scores [B, H, L, L] would take at least
+# ATTENTION_BLOCK_MIN_BYTES, they are computed ATTENTION_QUERY_BLOCK query rows at a time and
+# recomputed in the backward pass (jax.checkpoint), so the training step keeps q, k, v per layer
+# instead of every layer's softmax (at L 512, B 64: 268 MB per layer plus their gradient
+# temporaries; the step's XLA temporaries fall from 5.4 to 2.1 GB). Smaller attention runs dense
+# (no recomputation cost). The values are the dense ones: each query row's softmax reads only
+# that row.
+ATTENTION_QUERY_BLOCK = 128
+ATTENTION_BLOCK_MIN_BYTES = 64 << 20
+
+
+def _attend(q_BxHxLxK: jax.Array, k_BxHxLxK: jax.Array, v_BxHxLxK: jax.Array,
+            dtype: Any, query_block: int | None = None) -> jax.Array:
+    """softmax(q k^T / sqrt(K)) v, head-major; scores and softmax in float32. Large attention
+    (scores of at least ATTENTION_BLOCK_MIN_BYTES, L a multiple of ``query_block`` and longer)
+    runs by query blocks, rematerialised."""
+    B, H, L, K = q_BxHxLxK.shape
+    query_block = ATTENTION_QUERY_BLOCK if query_block is None else query_block
+    if (not query_block or L <= query_block or L % query_block
+            or 4 * B * H * L * L < ATTENTION_BLOCK_MIN_BYTES):
+        return _attend_dense(q_BxHxLxK, k_BxHxLxK, v_BxHxLxK, dtype)
+    n = L // query_block
+    q_NxBxHxCxK = jnp.moveaxis(q_BxHxLxK.reshape(B, H, n, query_block, K), 2, 0)
+    block = jax.checkpoint(lambda q: _attend_dense(q, k_BxHxLxK, v_BxHxLxK, dtype))
+    o_NxBxHxCxK = jax.lax.map(block, q_NxBxHxCxK)
+    return jnp.moveaxis(o_NxBxHxCxK, 0, 2).reshape(B, H, L, K)
+
+
 class _Block(nn.Module):
     """Pre-LN transformer block: full self-attention with RoPE, then GELU MLP."""
 
@@ -183,22 +242,17 @@ class _Block(nn.Module):
         H = self.num_heads
         K = D // H
 
-        # --- attention ---
+        # --- attention (head-major: [B, H, L, K] straight from the qkv kernel) ---
         h_BxLxD = _Norm(name="norm_attn")(x_BxLxD, c_BxC)
-        qkv_BxLx3D = nn.Dense(3 * D, use_bias=False, dtype=self.dtype, name="qkv")(h_BxLxD)
-        qkv_BxLx3xHxK = qkv_BxLx3D.reshape(B, L, 3, H, K)
-        q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = (qkv_BxLx3xHxK[:, :, i] for i in range(3))
+        qkv_Dx3xHxK = _Kernel((D, 3 * D), name="qkv")().reshape(D, 3, H, K).astype(self.dtype)
+        q_BxHxLxK, k_BxHxLxK, v_BxHxLxK = (
+            jnp.einsum("bld,dhk->bhlk", h_BxLxD.astype(self.dtype), qkv_Dx3xHxK[:, i]) for i in range(3))
         pos_L = jnp.arange(L)
-        q_BxLxHxK = apply_rope(q_BxLxHxK, pos_L)
-        k_BxLxHxK = apply_rope(k_BxLxHxK, pos_L)
-        # scores accumulate and are returned in float32 (even for bf16 inputs);
-        # the softmax is float32.
-        scores_BxHxLxL = jnp.einsum("bqhk,bshk->bhqs", q_BxLxHxK, k_BxLxHxK,
-                                    preferred_element_type=jnp.float32) / math.sqrt(K)
-        attn_BxHxLxL = jax.nn.softmax(scores_BxHxLxL, axis=-1)
-        o_BxLxHxK = jnp.einsum("bhqs,bshk->bqhk", attn_BxHxLxL.astype(self.dtype), v_BxLxHxK)
-        o_BxLxD = nn.Dense(D, use_bias=False, dtype=self.dtype, name="attn_out")(
-            o_BxLxHxK.reshape(B, L, D))
+        q_BxHxLxK = apply_rope(q_BxHxLxK, pos_L, seq_axis=-2)
+        k_BxHxLxK = apply_rope(k_BxHxLxK, pos_L, seq_axis=-2)
+        o_BxHxLxK = _attend(q_BxHxLxK, k_BxHxLxK, v_BxHxLxK, self.dtype)
+        out_HxKxD = _Kernel((D, D), name="attn_out")().reshape(H, K, D).astype(self.dtype)
+        o_BxLxD = jnp.einsum("bhlk,hkd->bld", o_BxHxLxK.astype(self.dtype), out_HxKxD)
         if self.dropout > 0.0:
             o_BxLxD = nn.Dropout(self.dropout, name="drop_attn")(o_BxLxD, deterministic=not train)
         x_BxLxD = x_BxLxD + o_BxLxD.astype(jnp.float32)

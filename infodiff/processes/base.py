@@ -26,8 +26,10 @@ pure functions plus a few facts:
 plus ``validate(x)`` (refuses bad data up front, naming the value), ``check_target(target)``,
 ``estimator`` (a name for reports), ``infinite_variance`` (the SE is not trustworthy),
 ``chunk_order`` (how the driver groups (row, sample) pairs into calls: 'rows' or 'samples';
-part of the random stream, see :func:`infodiff.likelihood.estimate`) and ``denoiser_inputs``
-(a line for error messages). The Monte Carlo driver, :class:`infodiff.likelihood.Estimate`,
+part of the random stream, see :func:`infodiff.likelihood.estimate`), ``row_wise`` (each
+row's integrand reads only that row of x, noise and target, so the driver may evaluate a call
+in slices; False when the noise holds a key shared by all rows) and ``denoiser_inputs`` (a line
+for error messages). The Monte Carlo driver, :class:`infodiff.likelihood.Estimate`,
 the training loop and the reports are written once against this protocol; the processes are
 :class:`infodiff.processes.masked.MaskedProcess`,
 :class:`infodiff.processes.score_entropy.ScoreEntropyProcess` and
@@ -54,6 +56,7 @@ class Process(Protocol):
     estimator: str
     infinite_variance: bool
     chunk_order: str
+    row_wise: bool
 
     def draw_noise(self, key: jax.Array, target_RxL: jax.Array, sample_R: jax.Array) -> Any: ...
 

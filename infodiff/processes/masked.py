@@ -399,6 +399,7 @@ class MaskedProcess:
     spec: MaskSpec
     vocab_size: int
     chunk_order: str = "rows"
+    row_wise: bool = True  # each row's value reads only its own row (the driver may slice a call)
     denoiser_inputs: str = "(z_BxL int32, t_B float32) -> logprobs_BxLxV"
 
     @property

@@ -476,6 +476,7 @@ class ScoreEntropyProcess:
     schedule: object = None
     antithetic: bool = True
     chunk_order: str = "samples"
+    row_wise: bool = True  # each row's value reads only its own row (the driver may slice a call)
     denoiser_inputs: str = "(z_BxL int32, lam_B float32) -> log-scores [B, L, V]"
 
     def __post_init__(self):
