@@ -32,6 +32,8 @@ def apply_variant(c, variant: str, sets: dict):
         *parents, leaf = key.split(".")
         for name in parents:
             node = node[name]
+        if leaf not in node:  # a set may change keys, never add one
+            raise KeyError(f"override set {variant!r}: the config has no key {key!r}")
         node[leaf] = value
     return c
 

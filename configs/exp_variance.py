@@ -10,8 +10,9 @@ coupled vs decoupled log-ratio at 5/10/15/20 samples, 8 repeats (Table 1b).
 from configs import exp_markov_cond
 
 
-def get_config():
-    c = exp_markov_cond.get_config()
+def get_config(variant: str = ""):
+    # 'paper': the Markov-4 model at the paper's settings (configs/exp_markov_cond.py)
+    c = exp_markov_cond.get_config(variant)
     c.experiment = "variance"
     c.variance = dict(model_workdir="", seed=7, num_pairs=30, reps=15, budgets=(128, 256, 512),
                       estimators=("lambda_dce", "time_free", "k_dce", "stratified"),

@@ -92,7 +92,16 @@ def train_model(config, workdir: str, corpus) -> Denoiser:
 
     train_dir = os.path.join(workdir, "train")
     task = tasks.make_task(config, data=corpus)
-    training.train(task, train_dir)
+    result = training.train(task, train_dir)
+    if result.get("interrupted"):  # a checkpoint was saved: stop here, score nothing
+        import signal
+        import sys
+
+        print(f"training stopped by {result['interrupted']} at step {result.get('step')}; its checkpoint "
+              "is saved: rerun the same command to resume", file=sys.stderr, flush=True)
+        if result["interrupted"] == "SIGINT":
+            raise KeyboardInterrupt
+        raise SystemExit(128 + int(getattr(signal, str(result["interrupted"]), signal.SIGTERM)))
     metrics = os.path.join(train_dir, "metrics.jsonl")
     try:
         plots.training_curves_png(os.path.join(train_dir, "training_curves.png"), metrics, task.units)
@@ -255,13 +264,24 @@ def markov_chain(tc) -> oracles.MarkovOracle:
     if not path:
         return oracles.random_markov(np.random.default_rng(tc.seed), "ACGT", 4, tc.temperature)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"config.toy.table={path!r}: no such file (a JSON {{context: {{symbol: "
-                                "probability}}}} table of order 4 over ACGT)")
+        what = "is a directory" if os.path.isdir(path) else "no such file"
+        raise FileNotFoundError(f"config.toy.table={path!r}: {what} (give a JSON file {{context: {{symbol: "
+                                f"probability}}}}, a table of order 4 over ACGT)")
     chain = oracles.MarkovOracle.from_json(path, alphabet="ACGT")
     if chain.order != 4:
         raise ValueError(f"config.toy.table={path!r}: a chain of order {chain.order}; the Markov-4 toy needs "
                          "contexts of 4 symbols")
     return chain
+
+
+def _chain_source(tc) -> dict:
+    """Where the chain came from, for results.json: the table file and its sha256, or the seed and
+    temperature of a generated chain."""
+    path = str(tc.get("table", "") or "")
+    if not path:
+        return {"generated": True, "seed": int(tc.seed), "temperature": float(tc.temperature)}
+    with open(path, "rb") as f:
+        return {"table": os.path.abspath(path), "sha256": hashlib.sha256(f.read()).hexdigest()}
 
 
 def run_markov_cond(config, workdir: str) -> dict:
@@ -297,6 +317,7 @@ def run_markov_cond(config, workdir: str) -> dict:
     z_oracle = (oracle_est.mean - truth) / oracle_est.stderr
     results = {
         "experiment": "markov_cond",
+        "chain": _chain_source(tc),
         "order": 4, "prompt_len": P, "response_len": R, "num_pairs": int(tc.num_pairs),
         "estimator": tc.estimator, "num_samples": int(tc.num_mc),
         "forward_passes_per_pair": est.forward_passes,

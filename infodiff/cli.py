@@ -60,9 +60,9 @@ def exit_on_user_error(main: Callable) -> Callable:
     def wrapped(*args, **kwargs):
         from infodiff import interrupts
 
-        interrupts.install()  # a Ctrl-C swallowed by a gc callback still stops the driver
         try:
-            return main(*args, **kwargs)
+            with interrupts.installed():  # a Ctrl-C swallowed by a gc callback still stops the driver
+                return main(*args, **kwargs)
         except KeyboardInterrupt:
             if os.environ.get("INFODIFF_TRACEBACK"):
                 raise

@@ -357,14 +357,21 @@ def estimate(process, denoiser, xs_NxBxL, target_BxL, key, num_samples: int, bat
     ``independent`` each gets its own (``fold_in(chunk_key, 1_000_003 + n)``). ``progress``
     shows a tqdm bar with ETA. For a ``row_wise`` process the denoiser runs in slices of
     ``rows_per_slice`` rows inside each call (default :func:`slice_rows` of the backend; 0 = at
-    once): speed only, the draws are those of the whole call. A SIGINT recorded by
-    :mod:`infodiff.interrupts` stops the loop between calls. Raises FloatingPointError naming
-    the sequence if a value is not finite.
+    once): speed only, the draws are those of the whole call. A SIGINT that arrives during the
+    loop (:mod:`infodiff.interrupts`) stops it between calls. Raises ValueError for a
+    ``rows_per_slice`` that is not an integer >= 0 or that slices a process that is not row-wise,
+    FloatingPointError naming the sequence if a value is not finite.
     """
     N, B = xs_NxBxL.shape[:2]
     apply_fn, params = denoisers.split(denoiser)
     if rows_per_slice is None:
         rows_per_slice = slice_rows(xs_NxBxL.shape[-1]) if process.row_wise else 0
+    if isinstance(rows_per_slice, bool) or not isinstance(rows_per_slice, (int, np.integer)) or rows_per_slice < 0:
+        raise ValueError(f"rows_per_slice must be an integer >= 0 (0 = no slices); got {rows_per_slice!r}")
+    if rows_per_slice and not process.row_wise:
+        raise ValueError(f"rows_per_slice={rows_per_slice}: the {type(process).__name__} is not row-wise (its "
+                         "noise is shared by all rows of a call); use 0 or leave it unset")
+    interrupts_before = interrupts.count()
     per = process.passes_per_sample(target_BxL)
     b_chunk, s_chunk = chunk_shape(process.chunk_order, B, num_samples, batch_size, per)
     out = np.zeros((N, B, num_samples), np.float64)
@@ -390,7 +397,7 @@ def estimate(process, denoiser, xs_NxBxL, target_BxL, key, num_samples: int, bat
                     vals = _chunk_values(process, apply_fn, params, kn, s0, xs_NxBxL[sel][:, rows],
                                          tgt, s_chunk, per, int(rows_per_slice))
                     out[sel, b0:b1, s0:s1] = np.asarray(vals, np.float64)[:, : b1 - b0, : s1 - s0]
-                    interrupts.raise_if_pending()
+                    interrupts.raise_if_new(interrupts_before)
                     if bar is not None:
                         bar.update(1)
     finally:  # closed before an error or Ctrl-C is reported below it

@@ -129,7 +129,11 @@ def test_markov_toy_reads_a_table_file_and_refuses_a_bad_one(tmp_path):
     tc.table = ""  # generated: a different chain
     assert not np.allclose(experiments.markov_chain(tc).log_prob(x), src.log_prob(x))
     tc.table = str(tmp_path / "missing.json")
-    with pytest.raises(FileNotFoundError, match="missing.json"):
+    with pytest.raises(FileNotFoundError, match=r"missing.json': no such file \(give a JSON file \{context: "
+                                                r"\{symbol: probability\}\}"):
+        experiments.markov_chain(tc)
+    tc.table = str(tmp_path)
+    with pytest.raises(FileNotFoundError, match="is a directory"):
         experiments.markov_chain(tc)
     path3 = tmp_path / "order3.json"
     path3.write_text(json.dumps(oracles.random_markov(np.random.default_rng(5), "ACGT", 3).to_json()))
@@ -146,7 +150,10 @@ def test_paper_override_sets():
     assert (d.model.num_layers, d.model.width, d.model.num_heads) == (8, 256, 8)
     assert (d.train.batch_size, d.train.num_steps, d.optim.lr) == (512, 70_000, 3e-4)
     m = exp_markov_cond.get_config("paper")
-    assert (m.train.batch_size, m.train.num_steps, m.optim.lr) == (1024, 80_000, 6e-4)
+    assert (m.train.batch_size, m.train.num_steps, m.optim.lr, m.optim.weight_decay) == (1024, 80_000, 6e-4, 0.01)
+    from configs import exp_variance
+
+    assert exp_variance.get_config("paper").train.batch_size == 1024
     for c in (d, m):
         assert (c.optim.decay, c.optim.warmup_steps, c.optim.b2, c.optim.ema_decay, c.model.dropout) == (
             "constant", 2500, 0.999, 0.9999, 0.02)
@@ -171,3 +178,17 @@ def test_temperature_override_with_a_table_is_refused(tmp_path):
     assert p.returncode == 1, p.stderr[-2000:]
     assert "toy.temperature" in p.stderr and "toy.table is empty" in p.stderr, p.stderr[-2000:]
     assert "Traceback" not in p.stderr and not (tmp_path / "w").exists()
+
+
+def test_an_interrupted_training_stops_the_experiment(tmp_path, monkeypatch):
+    """Ctrl-C during an experiment's training (a checkpoint saved, ``interrupted`` set) stops the
+    experiment: nothing is scored or written with a half-trained model."""
+    from configs import exp_dna128
+    from infodiff import training
+
+    monkeypatch.setattr(training, "train", lambda task, workdir: {"interrupted": "SIGINT", "step": 3})
+    cfg = _tiny(exp_dna128.get_config())
+    cfg.toy.update(dict(num_train=200, num_valid=20, num_mc=8))
+    with pytest.raises(KeyboardInterrupt):
+        experiments.run(cfg, str(tmp_path))
+    assert not (tmp_path / "results.json").exists()

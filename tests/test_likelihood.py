@@ -296,10 +296,11 @@ def test_lambda_dce_warns_infinite_variance(tabular):
     assert est.infinite_variance
 
 
-def test_a_swallowed_ctrl_c_still_stops_the_driver():
-    """A SIGINT whose KeyboardInterrupt is dropped where it was raised (as inside a gc callback,
-    'Exception ignored in _xla_gc_callback') is recorded by infodiff.interrupts; the driver
-    raises it after its next device call instead of running on."""
+def test_a_swallowed_ctrl_c_still_stops_the_driver(monkeypatch):
+    """A SIGINT that arrives during the driver's loop but whose KeyboardInterrupt is dropped where
+    it was raised (as inside a gc callback: 'Exception ignored in _xla_gc_callback') is counted
+    by infodiff.interrupts; the driver raises it after its next device call instead of running
+    on. A SIGINT handled before the loop started is not raised again."""
     import os
     import signal
 
@@ -307,25 +308,51 @@ def test_a_swallowed_ctrl_c_still_stops_the_driver():
 
     tab = oracles.random_tabular(np.random.default_rng(0), "ACGT", 4, 16)
     x = tab.sample(np.random.default_rng(1), 3)
-    old = signal.getsignal(signal.SIGINT)
-    interrupts.install()
-    try:
+    proc = lk.masked_process("k_dce", vocab_size=tab.vocab_size)
+    real, calls = lk._chunk_values, []
+
+    def swallow_one_sigint():
         try:
             os.kill(os.getpid(), signal.SIGINT)
             for _ in range(1000):  # the handler runs at a bytecode boundary of this loop
                 pass
         except KeyboardInterrupt:
-            pass  # swallowed
-        assert interrupts.pending()
-        calls = []
-        with pytest.raises(KeyboardInterrupt):
-            lk.estimate(lk.masked_process("k_dce", vocab_size=tab.vocab_size), tab, x[None],
-                        np.ones(x.shape, bool), jax.random.PRNGKey(0), 8, 4, progress=False)
-            calls.append(1)
-        assert not calls and not interrupts.pending()
-        # without a pending SIGINT the same call runs to the end
-        v = lk.estimate(lk.masked_process("k_dce", vocab_size=tab.vocab_size), tab, x[None],
-                        np.ones(x.shape, bool), jax.random.PRNGKey(0), 8, 4)
+            pass  # dropped, as Python drops it inside a gc callback
+
+    def chunk_values(*args):
+        calls.append(1)
+        if len(calls) == 1:
+            swallow_one_sigint()
+        return real(*args)
+
+    with interrupts.installed():
+        swallow_one_sigint()  # before the loop: handled, must not stop the next estimate
+        v = lk.estimate(proc, tab, x[None], np.ones(x.shape, bool), jax.random.PRNGKey(0), 8, 4)
         assert v.shape == (1, 3, 8)
-    finally:
-        signal.signal(signal.SIGINT, old)
+        monkeypatch.setattr(lk, "_chunk_values", chunk_values)
+        with pytest.raises(KeyboardInterrupt):  # 8 calls of 1 row x 4 samples; stops after the first
+            lk.estimate(proc, tab, x[None], np.ones(x.shape, bool), jax.random.PRNGKey(0), 8, 4)
+        assert len(calls) == 1
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+
+
+def test_rows_per_slice_is_checked():
+    """Slices only for row-wise processes, and only a whole number >= 0 of rows."""
+    from infodiff.data import count_synthetic as cs
+    from infodiff.processes import poisson
+
+    tab = oracles.random_tabular(np.random.default_rng(0), "ACGT", 4, 16)
+    x = tab.sample(np.random.default_rng(1), 3)
+    proc = lk.masked_process("k_dce", vocab_size=tab.vocab_size)
+    for bad in (-1, 2.7, "3", True):
+        with pytest.raises(ValueError, match="rows_per_slice must be an integer >= 0"):
+            lk.estimate(proc, tab, x[None], np.ones(x.shape, bool), jax.random.PRNGKey(0), 4, 8,
+                        rows_per_slice=bad)
+    dist = cs.get_distribution("zip", max_count=12)
+    sc = poisson.CountScaling(12, 1.0, 2.0)
+    counts = sc.scale(np.asarray(dist.sample(np.random.default_rng(2), 4, dim=1)).reshape(4, 1))
+    pproc = poisson.estimation_process(16, "logistic", 0.0, 1.0, 4.0, scaling=sc)
+    assert not pproc.row_wise
+    with pytest.raises(ValueError, match="not row-wise"):
+        lk.estimate(pproc, dist.oracle(sc, dim=1), counts[None], np.ones(counts.shape, bool),
+                    jax.random.PRNGKey(0), 4, 8, rows_per_slice=2)

@@ -693,7 +693,7 @@ class PoissonProcess:
     z_defensive: float = 0.0
     z_shift: float = 2.0
     chunk_order: str = "rows"
-    row_wise: bool = False  # one channel key in the noise serves every row (the driver may slice a call)
+    row_wise: bool = False  # one channel key in the noise serves every row: the driver never slices a call
     denoiser_inputs: str = "(z_BxD float32 counts, alpha_B float32) -> xhat_BxD > 0"
 
     def __post_init__(self):
