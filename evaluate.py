@@ -23,6 +23,8 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from infodiff import cli  # imports nothing heavy
+
 
 def _default_config_from_workdir(argv):
     """Without --config, evaluate the run's own saved config (configs/saved_run.py:WORKDIR)."""
@@ -44,18 +46,22 @@ FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config file (default: the run's saved config).",
                                 lock_config=True)
 flags.DEFINE_string("workdir", None, "Training run directory (network mode).")
+cli.define_distributed_flags()
 
 
 def main(argv):
     del argv
     if FLAGS.config is None:
         raise app.UsageError("give --workdir (a training run) or --config (e.g. configs/oracle_markov.py)")
-    from infodiff import config_usage, evaluation, training  # one path for every process and mode (imports jax)
+    cli.start_distributed()  # one of several processes (README "Running on a pod"); else nothing
+    from infodiff import config_usage, evaluation, parallel, training  # one path for every process and mode
 
     training.quiet_library_logs()
     config_usage.check_overrides(FLAGS.config, config_usage.override_keys(sys.argv), entry="evaluate")
 
     report, out_dir = evaluation.evaluate(FLAGS.config, FLAGS.workdir)
+    if not parallel.is_primary():
+        return  # process 0 prints and writes the report
     print(evaluation.format_report(report))  # printed first: a failed write loses nothing
     jpath, _ = evaluation.write_report(report, out_dir)
     print(f"\nreport written to {jpath}")
@@ -64,6 +70,4 @@ def main(argv):
 if __name__ == "__main__":
     logging.set_verbosity(logging.WARNING)
     sys.argv = _default_config_from_workdir(sys.argv)
-    from infodiff import cli
-
     cli.run(main)

@@ -31,6 +31,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # quiet XLA/TSL C++ info log
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+from infodiff import cli  # noqa: E402  (imports nothing heavy)
+
 _DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "masked_text.py")
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -43,12 +45,14 @@ _LIBRARY_LOGS = flags.DEFINE_bool(
     "library_logs", False, "Show INFO logs of orbax / jax / flax (hidden by default)."
 )
 flags.mark_flag_as_required("workdir")
+cli.define_distributed_flags()
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected positional arguments: {argv[1:]}")
-    from infodiff import config_usage, tasks, training  # imports jax; after flag parsing so --help is fast
+    cli.start_distributed()  # one of several processes (README "Running on a pod"); else nothing
+    from infodiff import config_usage, parallel, tasks, training  # imports jax; after flag parsing so --help is fast
 
     if not _LIBRARY_LOGS.value:
         training.quiet_library_logs()
@@ -59,13 +63,12 @@ def main(argv):
     config_usage.check_overrides(config, config_usage.override_keys(sys.argv), entry="train")
     # The resolved config is written to WORKDIR/config.json (not dumped to the terminal).
     result = training.train(tasks.make_task(config), _WORKDIR.value)
-    print(json.dumps({k: v for k, v in result.items()}, indent=2, sort_keys=True, default=str))
+    if parallel.is_primary():
+        print(json.dumps({k: v for k, v in result.items()}, indent=2, sort_keys=True, default=str))
     if result.get("interrupted"):
         signum = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}.get(result["interrupted"])
         sys.exit(128 + int(signum) if signum is not None else 1)
 
 
 if __name__ == "__main__":
-    from infodiff import cli
-
     cli.run(main, default_config=_DEFAULT_CONFIG)

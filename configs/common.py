@@ -35,5 +35,8 @@ def train(**overrides) -> ml_collections.ConfigDict:
     t.eval_batches = 4       # fixed validation batches, EMA parameters
     t.ckpt_every = 250
     t.keep_checkpoints = 3
+    # Devices as data x fsdp (infodiff/parallel.py): -1 = the rest of the devices of every
+    # process. fsdp > 1 splits parameters and optimizer state over that many devices.
+    t.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1})
     t.update(overrides)
     return t

@@ -20,7 +20,7 @@ import re
 import sys
 from typing import Callable
 
-__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "INTERRUPTED", "user_error_types", "one_line", "exit_on_user_error", "run", "config_flag_error",
+__all__ = ["define_distributed_flags", "start_distributed", "EXIT_ERROR", "EXIT_INTERRUPTED", "INTERRUPTED", "user_error_types", "one_line", "exit_on_user_error", "run", "config_flag_error",
            "help_text", "HELP_FLAGS"]
 
 EXIT_ERROR = 1
@@ -28,6 +28,30 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT
 # What a Ctrl-C outside training loses (train.py saves a checkpoint itself and exits 130 too).
 INTERRUPTED = ("interrupted (SIGINT): the work in progress is lost and nothing of it was written; reports "
                "and checkpoints written before are intact (every write is atomic). Rerun the same command.")
+
+
+def define_distributed_flags() -> None:
+    """``--coordinator_address``, ``--num_processes``, ``--process_id``: how this process joins
+    a multi-process run (README "Running on a pod"); SLURM, Open MPI and multi-host TPU jobs
+    are detected without them."""
+    from absl import flags
+
+    flags.DEFINE_string("coordinator_address", None, "Multi-process run: HOST:PORT of process 0, the same for "
+                        "every process (or JAX_COORDINATOR_ADDRESS). Not needed on SLURM, Open MPI or a TPU pod.")
+    flags.DEFINE_integer("num_processes", None, "Multi-process run: number of processes (or JAX_NUM_PROCESSES).")
+    flags.DEFINE_integer("process_id", None, "Multi-process run: this process's index, 0 .. num_processes - 1 "
+                         "(or JAX_PROCESS_ID).")
+
+
+def start_distributed() -> bool:
+    """Join the multi-process run the flags / environment describe (:func:`infodiff.parallel.
+    initialize`; nothing for a single process). Call first in ``main``, before any JAX work."""
+    from absl import flags
+
+    from infodiff import parallel
+
+    f = flags.FLAGS
+    return parallel.initialize(f.coordinator_address, f.num_processes, f.process_id)
 
 
 def user_error_types() -> tuple[type, ...]:

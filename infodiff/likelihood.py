@@ -33,9 +33,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.stats
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from infodiff import denoisers
 from infodiff import interrupts
+from infodiff import parallel
 from infodiff import schedules as schedules_lib
 from infodiff.processes import masked
 from infodiff.processes import poisson
@@ -287,30 +290,40 @@ def slice_rows(seq_len: int, backend: str | None = None) -> int:
     return max(1, tokens // max(1, int(seq_len))) if tokens else 0
 
 
-def _in_slices(fn, rows: int, *args_R):
+def _in_slices(fn, rows: int, *args_R, mesh=None):
     """``fn(*args_R)`` for a row-wise ``fn`` whose arguments are pytrees with leading dimension
     R, evaluated by ``lax.map`` over slices of ``rows`` rows (the last slice filled by wrapping
-    around and trimmed). The same values as one evaluation, to float rounding."""
+    around and trimmed). The same values as one evaluation, to float rounding. With a ``mesh``
+    (:func:`infodiff.parallel.rows_mesh`) every slice is split over all its devices (``rows``,
+    or R when 0, rounded up to a multiple of the device count)."""
     R = jax.tree.leaves(args_R)[0].shape[0]
-    if not rows or R <= rows:
+    if mesh is None and (not rows or R <= rows):
         return fn(*args_R)
+    split = lambda a: a
+    if mesh is not None:
+        d = int(mesh.devices.size)
+        whole = -(-R // d) * d
+        rows = min(rows * d, whole) if rows else whole
+        spec = lambda a: NamedSharding(mesh, P(tuple(mesh.axis_names), *([None] * (a.ndim - 1))))
+        split = lambda tree: jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, spec(a)), tree)
     n = -(-R // rows)
     if n * rows == R:
         take = lambda a: a.reshape((n, rows) + a.shape[1:])
     else:
         idx = jnp.arange(n * rows) % R
         take = lambda a: a[idx].reshape((n, rows) + a.shape[1:])
-    out = jax.lax.map(lambda a: fn(*a), jax.tree.map(take, args_R))
+    out = jax.lax.map(lambda a: split(fn(*split(a))), jax.tree.map(take, args_R))
     return out.reshape((n * rows,) + out.shape[2:])[:R]
 
 
-@functools.partial(jax.jit, static_argnames=("process", "apply_fn", "num_samples", "per", "rows"))
-def _chunk_values(process, apply_fn, params, key, s0, xs_NxBxL, target_BxL, num_samples, per, rows=0):
+@functools.partial(jax.jit, static_argnames=("process", "apply_fn", "num_samples", "per", "rows", "mesh"))
+def _chunk_values(process, apply_fn, params, key, s0, xs_NxBxL, target_BxL, num_samples, per, rows=0, mesh=None):
     """S draws per row, shared by every x in xs (coupling). float32 [N, B, S]. A target of
     shape [N, B, L] (a pair whose two inputs score different positions) draws each input's
     noise from the same key on its own target (common random numbers where the targets agree).
     The noise is drawn for the whole call; the denoiser runs in slices of ``rows`` rows
-    (:func:`_in_slices`; 0 = at once)."""
+    (:func:`_in_slices`; 0 = at once), split over the devices of ``mesh`` if given (the result
+    then whole on every device)."""
     N, B = xs_NxBxL.shape[:2]
     R = B * num_samples * per
     sample_R = (s0 + (jnp.arange(R) // per) % num_samples).astype(jnp.int32)
@@ -325,9 +338,12 @@ def _chunk_values(process, apply_fn, params, key, s0, xs_NxBxL, target_BxL, num_
             tgt = jnp.repeat(target_BxL[n], num_samples * per, axis=0)
             noise = process.draw_noise(key, tgt, sample_R)
         x = jnp.repeat(xs_NxBxL[n], num_samples * per, axis=0)
-        v = _in_slices(integrand, rows, x, noise, tgt)
+        v = _in_slices(integrand, rows, x, noise, tgt, mesh=mesh)
         outs.append(v.reshape(B, num_samples, per).sum(axis=-1))
-    return jnp.stack(outs)
+    out = jnp.stack(outs)
+    if mesh is not None:
+        out = jax.lax.with_sharding_constraint(out, NamedSharding(mesh, P()))
+    return out
 
 
 def chunk_shape(order: str, B: int, S: int, batch_size: int, per: int) -> tuple[int, int]:
@@ -357,7 +373,10 @@ def estimate(process, denoiser, xs_NxBxL, target_BxL, key, num_samples: int, bat
     ``independent`` each gets its own (``fold_in(chunk_key, 1_000_003 + n)``). ``progress``
     shows a tqdm bar with ETA. For a ``row_wise`` process the denoiser runs in slices of
     ``rows_per_slice`` rows inside each call (default :func:`slice_rows` of the backend; 0 = at
-    once): speed only, the draws are those of the whole call. A SIGINT that arrives during the
+    once): speed only, the draws are those of the whole call. Inside
+    :func:`infodiff.parallel.rows_mesh` the rows of each call are split over every device of
+    every process (each slice ``rows_per_slice`` rows per device) and the values gathered: the
+    same draws, so the same numbers to float rounding. A SIGINT that arrives during the
     loop (:mod:`infodiff.interrupts`) stops it between calls. Raises ValueError for a
     ``rows_per_slice`` that is not an integer >= 0 or that slices a process that is not row-wise,
     FloatingPointError naming the sequence if a value is not finite.
@@ -371,6 +390,7 @@ def estimate(process, denoiser, xs_NxBxL, target_BxL, key, num_samples: int, bat
     if rows_per_slice and not process.row_wise:
         raise ValueError(f"rows_per_slice={rows_per_slice}: the {type(process).__name__} is not row-wise (its "
                          "noise is shared by all rows of a call); use 0 or leave it unset")
+    mesh = parallel.current_rows_mesh() if process.row_wise else None
     interrupts_before = interrupts.count()
     per = process.passes_per_sample(target_BxL)
     b_chunk, s_chunk = chunk_shape(process.chunk_order, B, num_samples, batch_size, per)
@@ -395,7 +415,7 @@ def estimate(process, denoiser, xs_NxBxL, target_BxL, key, num_samples: int, bat
                 for kn, sel in groups:
                     tgt = target_BxL[sel][:, rows] if target_BxL.ndim == 3 else target_BxL[rows]
                     vals = _chunk_values(process, apply_fn, params, kn, s0, xs_NxBxL[sel][:, rows],
-                                         tgt, s_chunk, per, int(rows_per_slice))
+                                         tgt, s_chunk, per, int(rows_per_slice), mesh)
                     out[sel, b0:b1, s0:s1] = np.asarray(vals, np.float64)[:, : b1 - b0, : s1 - s0]
                     interrupts.raise_if_new(interrupts_before)
                     if bar is not None:

@@ -463,8 +463,9 @@ class Task:
         """ValueError naming the first invalid value of the training / validation data."""
         raise NotImplementedError
 
-    def train_batch(self, step: int) -> np.ndarray:
-        """The training batch of ``step``: a pure function of ``(config.seed, step)``."""
+    def train_batch(self, step: int, rows: slice = slice(None)) -> np.ndarray:
+        """The training batch of ``step``, a pure function of ``(config.seed, step)``, or only its
+        ``rows`` (one process's share; only those are read)."""
         raise NotImplementedError
 
     def valid_batches(self) -> np.ndarray:
@@ -588,10 +589,10 @@ class _TextTask(Task):
         if len(corpus.train) < L:
             raise ValueError(f"training split has {len(corpus.train)} tokens < seq_len={L}")
 
-    def train_batch(self, step):
+    def train_batch(self, step, rows=slice(None)):
         c = self.config
         return text_data.train_batch(self.data.train, self.seq_len, self.batch_size, int(c.seed), step,
-                                     aligned=bool(c.data.get("aligned", False)))
+                                     aligned=bool(c.data.get("aligned", False)), rows=rows)
 
     def valid_batches(self):
         return _text_valid_batches(self.data.valid, self.config)
@@ -850,9 +851,9 @@ class PoissonTask(Task):
         check_counts(self.data.flat("valid"), self.data.max_count, "validation data")
         self.proposal  # noqa: B018  (a bad process.proposal fails here, before any work)
 
-    def train_batch(self, step):
+    def train_batch(self, step, rows=slice(None)):
         idx = counts_lib.batch_iterator_indices(len(self._train_NxD), self.batch_size, int(self.config.seed), step)
-        return self._train_NxD[idx]
+        return self._train_NxD[idx[rows]]
 
     def valid_batches(self):
         valid_NxD, B = self.data.flat("valid"), self.batch_size

@@ -718,7 +718,7 @@ def _check_positive_int(value: Any, name: str, fn: str, minimum: int = 1) -> int
 
 
 def train_batch(tokens: np.ndarray, seq_len: int, batch_size: int, seed: int, step: int,
-                aligned: bool = False) -> np.ndarray:
+                aligned: bool = False, rows: slice = slice(None)) -> np.ndarray:
     """Random training crops whose positions are a pure function of ``(seed, step)``.
 
     Each row is a contiguous window ``tokens[o : o + seq_len]`` with offset ``o``
@@ -737,9 +737,11 @@ def train_batch(tokens: np.ndarray, seq_len: int, batch_size: int, seed: int, st
       aligned: if True, offsets are multiples of ``seq_len`` (the stream is a concatenation
         of fixed-length sequences, e.g. samples of a toy distribution, and a window must not
         straddle two of them).
+      rows: only these rows of the batch are read (one process's share of a global batch:
+        :func:`infodiff.parallel.process_rows`); the offsets are those of the whole batch.
 
     Returns:
-      ``np.ndarray`` of dtype ``int32`` and shape ``[batch_size, seq_len]``.
+      ``np.ndarray`` of dtype ``int32`` and shape ``[batch_size, seq_len]`` (the ``rows`` of it).
 
     Raises:
       ValueError: if the split is shorter than ``seq_len``, or an argument is not a
@@ -758,7 +760,7 @@ def train_batch(tokens: np.ndarray, seq_len: int, batch_size: int, seed: int, st
         offsets = rng.integers(0, n // seq_len, size=batch_size) * seq_len
     else:
         offsets = rng.integers(0, n - seq_len + 1, size=batch_size)
-    idx = offsets[:, None] + np.arange(seq_len)[None, :]
+    idx = offsets[rows, None] + np.arange(seq_len)[None, :]
     return arr[idx].astype(np.int32)
 
 

@@ -23,6 +23,15 @@ def _pyplot():
     return plt
 
 
+def _save(fig, path: str) -> None:
+    """Write ``fig`` to ``path`` (process 0 only in a multi-process run) and close it."""
+    from infodiff import parallel
+
+    if parallel.is_primary():
+        fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+
+
 def count_samples_png(path: str, data, samples_NxD: np.ndarray, dist=None) -> None:
     """Generated count samples next to the truth: a 2-D histogram (2-D synthetic laws), a bar
     chart of the pmf (1-D laws, randhie), rolls (chorales) or image tiles (digits, Fashion-MNIST)."""
@@ -87,8 +96,7 @@ def count_samples_png(path: str, data, samples_NxD: np.ndarray, dist=None) -> No
                           interpolation="nearest")
         fig.suptitle(f"{data.name}: increment-sampler samples")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def training_curves(records: list[dict]) -> dict:
@@ -221,8 +229,7 @@ def training_curves_png(path: str, metrics_jsonl_path: str, units: dict | None =
     name = os.path.basename(os.path.dirname(os.path.abspath(metrics_jsonl_path)))
     fig.suptitle(f"training curves of {name}: validation at step {last}: {final}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
     return path
 
 
@@ -272,8 +279,7 @@ def input_rows_png(path: str, rows: list[dict], kind: str, quantity: str, bits: 
     for ax in axes:
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def oracle_estimates_png(path: str, results: dict) -> bool:
@@ -306,6 +312,5 @@ def oracle_estimates_png(path: str, results: dict) -> bool:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
     return True

@@ -53,7 +53,7 @@ def env() -> dict:
     """Versions, backend and time of this run."""
     import jax
 
-    return {"jax": jax.__version__, "backend": jax.default_backend(), "devices": len(jax.devices()),
+    return {"jax": jax.__version__, "backend": jax.default_backend(), "devices": len(jax.devices()), "processes": jax.process_count(),
             "python": platform.python_version(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
@@ -296,7 +296,12 @@ def write_report(report: dict, out_dir: str) -> tuple[str, str]:
     and no temporary file); return their paths.
 
     Raises StorageError (one line naming the path and the errno) if out_dir is full, read-only or
-    not writable: print the report first (evaluate.py does), so that nothing is lost."""
+    not writable: print the report first (evaluate.py does), so that nothing is lost. In a
+    multi-process run only process 0 writes (the others return the same paths)."""
+    from infodiff import parallel
+
+    if not parallel.is_primary():
+        return os.path.join(out_dir, "report.json"), os.path.join(out_dir, "report.txt")
     text = format_report(report)
     with workdir_lib.storage_guard(out_dir, "create"):
         os.makedirs(out_dir, exist_ok=True)

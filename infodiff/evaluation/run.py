@@ -22,7 +22,7 @@ import numpy as np
 from absl import logging
 
 from infodiff import likelihood as lk
-from infodiff import tasks, training
+from infodiff import parallel, tasks, training
 from infodiff.evaluation import report as report_lib
 
 __all__ = ["evaluate", "evaluate_network", "evaluate_oracle", "MODES"]
@@ -185,7 +185,16 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str | None) -> tuple[di
     """``eval.mode`` 'network' (needs ``workdir``; with ``eval.input`` a user's file, written to
     ``workdir/scores/<stem>/``) or 'oracle' (writes to ``eval.output_dir``).
     Returns (report, output directory). Raises ValueError for an unknown mode or a missing
-    workdir."""
+    workdir.
+
+    With several devices (of one or many processes) the Monte Carlo rows of every estimator
+    call are split over all of them (:func:`infodiff.parallel.rows_mesh`): the same draws,
+    the single-device numbers to float rounding; figures are drawn by process 0 only."""
+    with parallel.rows_mesh(training.make_mesh()):
+        return _evaluate(config, workdir)
+
+
+def _evaluate(config: ml_collections.ConfigDict, workdir: str | None) -> tuple[dict, str]:
     mode = str(config.eval.get("mode", "network"))
     if mode not in MODES:
         raise ValueError(f"config.eval.mode={mode!r}; choose from {MODES}")

@@ -41,6 +41,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from jax.sharding import Mesh
 
+from infodiff import parallel
 from infodiff.training import state as state_lib
 from infodiff.training import workdir as workdir_lib
 from infodiff.training.logs import log, quiet_orbax_leftovers
@@ -77,7 +78,8 @@ MANIFEST = "infodiff_sha256.json"
 _ITEMS = ("state", "meta")
 
 # Config keys that may differ between a checkpoint and the config that resumes it: they change
-# how long the run is and how often it logs / evaluates / saves, not what it computes.
+# how long the run is, how often it logs / evaluates / saves and on which devices, not what it
+# computes (the device layout changes only the rounding of reductions).
 # (Caveat: train.num_steps sets the length of the cosine decay, so changing it changes the
 # learning rate of every step after the warmup.)
 RESUMABLE_KEYS = (
@@ -87,6 +89,8 @@ RESUMABLE_KEYS = (
     "train.eval_batches",
     "train.ckpt_every",
     "train.keep_checkpoints",
+    "train.mesh.data",   # the device layout: a run saved on one layout resumes on another
+    "train.mesh.fsdp",
     "data.cache_dir",
     "experiment",
 )
@@ -192,9 +196,11 @@ def saved_config(workdir: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 def state_digest(state: Any) -> str:
     """SHA-256 (hex) of a pytree of arrays: each leaf's path, dtype, shape and bytes, in tree
-    order. Equal for bit-identical states; any flipped bit changes it."""
+    order. Equal for bit-identical states; any flipped bit changes it, and it does not depend on
+    how the arrays are sharded (in a multi-process run every process computes it from the
+    gathered arrays: :func:`infodiff.parallel.to_host`)."""
     h = hashlib.sha256()
-    leaves, _ = jax.tree_util.tree_flatten_with_path(jax.device_get(state))
+    leaves, _ = jax.tree_util.tree_flatten_with_path(parallel.to_host(state))
     for path, leaf in leaves:
         a = np.ascontiguousarray(np.asarray(leaf))
         h.update(f"{jax.tree_util.keystr(path)}|{a.dtype.str}|{a.shape}|".encode())
@@ -228,11 +234,15 @@ def _step_dir(mngr: ocp.CheckpointManager, step: int) -> str:
 
 def seal_checkpoints(mngr: ocp.CheckpointManager) -> list[int]:
     """Wait for the manager's pending saves and write ``infodiff_sha256.json`` (SHA-256 of every
-    file) into each step directory this process saved and has not sealed yet. Returns the
-    sealed steps. Raises StorageError if the storage refuses a write."""
+    file) into each step directory this process saved and has not sealed yet (process 0 only,
+    once every process's files are committed). Returns the sealed steps. Raises StorageError if
+    the storage refuses a write."""
     pending = getattr(mngr, "_infodiff_unsealed", set())
     with workdir_lib.storage_guard(str(mngr.directory), "save a checkpoint in"):
         mngr.wait_until_finished()
+    if not parallel.is_primary():
+        pending.clear()
+        return []
     sealed = []
     for step in sorted(pending):
         d = _step_dir(mngr, step)
@@ -425,6 +435,10 @@ def quarantine(mngr: ocp.CheckpointManager, steps: list[int]) -> list[str]:
     ``keep_checkpoints`` never touch them; returns the new paths."""
     out = []
     base = os.path.join(os.path.dirname(str(mngr.directory)), CORRUPT_DIR)
+    if not parallel.is_primary():  # process 0 moves them; the others see the result
+        parallel.sync("infodiff_quarantine")
+        mngr.reload()
+        return [os.path.join(base, str(step)) for step in steps]
     for step in steps:
         src = _step_dir(mngr, step)
         dst = os.path.join(base, str(step))
@@ -435,6 +449,7 @@ def quarantine(mngr: ocp.CheckpointManager, steps: list[int]) -> list[str]:
             os.makedirs(base, exist_ok=True)
             os.replace(src, dst)
         out.append(dst)
+    parallel.sync("infodiff_quarantine")
     if out:
         mngr.reload()
     return out

@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Callable
 
+import jax
 import tqdm
 from absl import logging
 
@@ -14,7 +15,10 @@ __all__ = ["log", "quiet_library_logs", "quiet_orbax_leftovers"]
 
 
 def log(fn: Callable, msg: str, *args) -> None:
-    """``fn(msg, *args)`` (an absl log function) after clearing any live tqdm bar."""
+    """``fn(msg, *args)`` (an absl log function) after clearing any live tqdm bar. In a
+    multi-process run only process 0 logs below WARNING (the others would repeat its lines)."""
+    if fn in (logging.info, logging.debug) and jax.process_index() != 0:
+        return
     with tqdm.tqdm.external_write_mode():
         fn(msg, *args)
 

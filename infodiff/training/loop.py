@@ -32,6 +32,7 @@ from absl import logging
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from infodiff import parallel
 from infodiff.training import checkpoint as ckpt
 from infodiff.training import state as state_lib
 from infodiff.training import workdir as workdir_lib
@@ -48,22 +49,27 @@ def make_train_step(task: Any, optimizer: optax.GradientTransformation,
     """Jitted ``train_step(state, batch, key) -> (new_state, metrics)``.
 
     Args (of the returned function):
-      state: :class:`TrainState`, replicated on ``mesh`` (donated: do not reuse it).
-      batch: a batch of ``task.train_batch`` ([B, ...], B a multiple of the mesh size), placed
-        with ``NamedSharding(mesh, P('data'))``.
+      state: :class:`TrainState` placed by :func:`infodiff.parallel.state_shardings` on
+        ``mesh`` (donated: do not reuse it).
+      batch: a global batch of ``task.train_batch`` ([B, ...], B a multiple of the mesh size),
+        split by :func:`infodiff.parallel.batch_sharding`.
       key: PRNG key of this step (:func:`state.step_key`).
 
     One step: gradient of ``task.loss_fn(params, batch, key, train=True)[0]``, clip + AdamW
     update, EMA update with decay :func:`state.ema_decay` via ``optax.incremental_update``.
 
-    Returns metrics (float32 scalars, replicated): ``task.metrics(loss_B)`` (``loss`` and
+    Returns the new state (same shardings) and metrics (float32 scalars, replicated):
+    ``task.metrics(loss_B)`` (``loss`` and
     ``bpc`` / ``bpd``), ``grad_norm`` (global norm before clipping), ``lr`` (the learning rate
     used by this update).
     """
     config = task.config
     schedule = state_lib.make_lr_schedule(config)
     decay = float(config.optim.ema_decay)
-    repl, batch_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+    repl, batch_sharding = parallel.replicated(mesh), parallel.batch_sharding(mesh)
+    state_sharding = parallel.state_shardings(
+        jax.eval_shape(lambda k: state_lib.init_train_state(task.init_params, optimizer, k), jax.random.key(0)),
+        optimizer, mesh)
 
     def loss_fn(params, batch, key):
         return task.loss_fn(params, batch, key, train=True)
@@ -81,21 +87,24 @@ def make_train_step(task: Any, optimizer: optax.GradientTransformation,
                                          opt_state=opt_state)
         return new_state, metrics
 
-    return jax.jit(step_fn, in_shardings=(repl, batch_sharding, repl), out_shardings=(repl, repl),
-                   donate_argnums=(0,))
+    return jax.jit(step_fn, in_shardings=(state_sharding, batch_sharding, repl),
+                   out_shardings=(state_sharding, repl), donate_argnums=(0,))
 
 
 def make_eval_step(task: Any, mesh: Mesh) -> Callable[[Any, jax.Array, jax.Array], dict]:
     """Jitted ``eval_step(params, batch, key) -> task.metrics(loss_B)``: the task's validation
     loss (``task.loss_fn(..., train=False)``: no dropout; Poisson: likelihood weighting), one
-    Monte Carlo draw per example, averaged over the batch. params replicated, batch sharded
-    over 'data'."""
-    repl = NamedSharding(mesh, P())
+    Monte Carlo draw per example, averaged over the batch. params placed as the train state's
+    (:func:`infodiff.parallel.param_specs`), batch split over the mesh, metrics replicated."""
+    repl = parallel.replicated(mesh)
+    specs = parallel.param_specs(jax.eval_shape(task.init_params, jax.random.key(0)), mesh)
+    params_sharding = jax.tree.map(lambda s: NamedSharding(mesh, s), specs, is_leaf=lambda s: isinstance(s, P))
 
     def eval_fn(params, batch, key):
         return task.metrics(task.loss_fn(params, batch, key, train=False)[1])
 
-    return jax.jit(eval_fn, in_shardings=(repl, NamedSharding(mesh, P("data")), repl), out_shardings=repl)
+    return jax.jit(eval_fn, in_shardings=(params_sharding, parallel.batch_sharding(mesh), repl),
+                   out_shardings=repl)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,6 +231,8 @@ class _StopFlag:
 
 
 def _record(path: str, step: int, split: str, metrics: dict, t_start: float, **extra) -> None:
+    if not parallel.is_primary():
+        return
     ckpt.append_jsonl(path, {"step": step, "split": split, "metrics": metrics,
                              "wall_time": time.time() - t_start, "time": time.time(), **extra})
 
@@ -240,9 +251,14 @@ def train(task: Any, workdir: str, *, stop_at_step: int | None = None, mesh: Mes
         continues from its step (bit-identical to an uninterrupted run).
       stop_at_step: optional; stop (saving a checkpoint) once this step is reached even if
         ``train.num_steps`` is larger, as an interruption would (for tests and time-sliced jobs).
-      mesh: optional device mesh (default :func:`state.make_mesh` over all local devices).
+      mesh: optional device mesh (default: ``config.train.mesh`` over every device of every
+        process, :func:`infodiff.parallel.make_mesh`).
 
-    Per step ``s``: batch ``task.train_batch(s)``, key ``fold_in(train_key, s)``. Every
+    Per step ``s``: the global batch ``task.train_batch(s)`` (each process reads only its rows,
+    :func:`infodiff.parallel.process_rows`), key ``fold_in(train_key, s)``; so the result does
+    not depend on the number of processes and devices. Process 0 alone writes ``config.json``,
+    ``metrics.jsonl`` and the checksum files and holds the lock; every process saves its shards
+    of each checkpoint (orbax). Every
     ``train.log_every`` steps: the mean train metrics over the window, items/s and ETA are logged
     (absl, the task's line) and appended to ``metrics.jsonl`` as ``{"step", "split": "train",
     "metrics", "wall_time" (s since this call started), "time" (unix seconds)}``; every
@@ -284,7 +300,7 @@ def train(task: Any, workdir: str, *, stop_at_step: int | None = None, mesh: Mes
     config = task.config
     tr = config.train
     num_steps, end_step = _check_train_config(config, stop_at_step)
-    mesh = state_lib.make_mesh() if mesh is None else mesh
+    mesh = state_lib.make_mesh(mesh_config=tr.get("mesh")) if mesh is None else mesh
     state_lib.check_batch_divisible(int(tr.batch_size), mesh)
 
     # ---- data ----
@@ -292,8 +308,9 @@ def train(task: Any, workdir: str, *, stop_at_step: int | None = None, mesh: Mes
     valid_batches = task.valid_batches()
 
     # ---- one writer per workdir ----
-    lock = workdir_lib.WorkdirLock(workdir).acquire()
-    if lock.stale:
+    primary = parallel.is_primary()
+    lock = workdir_lib.WorkdirLock(workdir).acquire() if primary else None
+    if lock is not None and lock.stale:
         log(logging.warning, "took over the stale lock %s of pid %s on host %s (that run ended without "
             "releasing it)", lock.path, lock.stale.get("pid"), lock.stale.get("host"))
     ckpt_dir = os.path.join(workdir, ckpt.CKPT_DIR)
@@ -305,7 +322,8 @@ def train(task: Any, workdir: str, *, stop_at_step: int | None = None, mesh: Mes
             log(logging.warning, "removed the temporary directories of the failed save: %s", removed)
         raise
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
 
 
 def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, valid_batches) -> dict:
@@ -322,7 +340,11 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
     num_params = state_lib.count_params(abstract.params)
     train_step = make_train_step(task, optimizer, mesh)
     eval_step = make_eval_step(task, mesh)
-    batch_sharding = NamedSharding(mesh, P("data"))
+    batch_sharding = parallel.batch_sharding(mesh)
+    primary = parallel.is_primary()
+
+    batch_shape = (int(tr.batch_size),) + tuple(np.shape(valid_batches)[2:])  # [B, L] or [B, D]
+    my_rows = parallel.process_rows(batch_sharding, batch_shape)  # read by this process only
     meta = {"seed": int(config.seed), "config": ckpt.config_json_dict(config), **task.meta()}
 
     # ---- resume ----
@@ -335,13 +357,15 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
     start_step = int(jax.device_get(state.step))
     metrics_path = os.path.join(workdir, "metrics.jsonl")
     try:
-        workdir_lib.atomic_write_text(os.path.join(workdir, "config.json"),
-                                      config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
-        ckpt.truncate_metrics(metrics_path, start_step)
+        if primary:
+            workdir_lib.atomic_write_text(os.path.join(workdir, "config.json"),
+                                          config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
+            ckpt.truncate_metrics(metrics_path, start_step)
     except BaseException:
         mngr.close()
         raise
     log(logging.info, *task.start_log(num_params, mesh, start_step, end_step))
+    log(logging.info, "parallel: %s", parallel.describe(mesh, abstract.params))
     warmup_note = state_lib.warmup_warning(config)
     if warmup_note:
         log(logging.warning, "%s", warmup_note)
@@ -352,7 +376,8 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
     def run_eval(step: int) -> dict:
         sums: dict = {}
         for i, batch in enumerate(valid_batches):
-            m = eval_step(state.ema_params, jax.device_put(batch, batch_sharding), jax.random.fold_in(eval_key, i))
+            batch = parallel.global_batch(batch[my_rows], batch_sharding, batch.shape)
+            m = eval_step(state.ema_params, batch, jax.random.fold_in(eval_key, i))
             for k, v in jax.device_get(m).items():
                 sums[k] = sums.get(k, 0.0) + float(v)
         out = {k: v / len(valid_batches) for k, v in sums.items()}
@@ -377,7 +402,7 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
     # disable=None: a live bar with ETA on a terminal, none when stderr is redirected (the log
     # lines carry items/s and ETA too).
     pbar = tqdm.tqdm(total=num_steps, initial=start_step, desc="train", unit="step",
-                     dynamic_ncols=True, mininterval=1.0, smoothing=0.1, disable=None)
+                     dynamic_ncols=True, mininterval=1.0, smoothing=0.1, disable=None if primary else True)
     try:
         with _StopFlag() as stop:
             try:
@@ -386,7 +411,7 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
                         interrupted = stop.name
                         break
                     # ---- step ----
-                    batch = jax.device_put(task.train_batch(step), batch_sharding)
+                    batch = parallel.global_batch(task.train_batch(step, my_rows), batch_sharding, batch_shape)
                     state, metrics = train_step(state, batch, state_lib.step_key(train_key, step))
                     if prev_metrics is not None:  # keep at most one step in flight
                         jax.block_until_ready(prev_metrics)

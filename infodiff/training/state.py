@@ -5,9 +5,10 @@ here works on the resulting pytree. Setup as MD4 (Shi et al., arXiv 2406.04329, 
 with linear warmup then cosine decay, global-norm gradient clipping, and an exponential moving
 average (EMA) of the parameters used for evaluation.
 
-Parallelism: a 1-D :class:`jax.sharding.Mesh` named ``'data'`` over the local devices; batches
-are placed with ``NamedSharding(mesh, P('data'))`` and the state is replicated (``P()``); XLA
-inserts the gradient all-reduce. One device is the same code path with a 1-element mesh.
+Parallelism (:mod:`infodiff.parallel`): a ``('data', 'fsdp')`` mesh over every device of every
+process; batches are split over both axes, parameters, EMA and optimizer state along ``'fsdp'``
+(replicated when it has size 1); XLA inserts the collectives. One device is the same code path
+with a 1 x 1 mesh.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+
+from infodiff import parallel
 
 __all__ = [
     "TrainState",
@@ -148,10 +151,11 @@ def ema_decay(decay: float, step: jax.Array) -> jax.Array:
     return jnp.minimum(jnp.float32(decay), (1.0 + s) / (10.0 + s))
 
 
-def make_mesh(devices: Any = None) -> Mesh:
-    """1-D data-parallel mesh with axis name ``'data'`` (default: all local devices)."""
-    devs = list(jax.local_devices() if devices is None else devices)
-    return Mesh(np.array(devs), ("data",))
+def make_mesh(devices: Any = None, mesh_config: Any = None) -> Mesh:
+    """The ``('data', 'fsdp')`` mesh (:func:`infodiff.parallel.make_mesh`) over ``devices``
+    (default: every device of every process); ``mesh_config`` is ``config.train.mesh`` (default
+    all on 'data')."""
+    return parallel.make_mesh(mesh_config, devices)
 
 
 def check_batch_divisible(batch_size: int, mesh: Mesh) -> None:
@@ -167,10 +171,12 @@ def check_batch_divisible(batch_size: int, mesh: Mesh) -> None:
 
 def init_train_state(init_params: InitParams, optimizer: optax.GradientTransformation,
                      key: jax.Array, mesh: Mesh | None = None) -> TrainState:
-    """Fresh :class:`TrainState` at step 0 (``ema_params = params``), replicated on ``mesh``.
+    """Fresh :class:`TrainState` at step 0 (``ema_params = params``), placed on ``mesh`` by
+    :func:`infodiff.parallel.state_shardings` (replicated unless the mesh has an 'fsdp' axis
+    of size > 1).
 
     ``init_params(key) -> params`` (a task's). Computed under ``jax.jit`` (op-by-op
-    initialisation is several times slower to run).
+    initialisation is several times slower to run), each device computing only its shards.
     """
 
     def init(key):
@@ -182,16 +188,19 @@ def init_train_state(init_params: InitParams, optimizer: optax.GradientTransform
             opt_state=optimizer.init(params),
         )
 
-    out_shardings = NamedSharding(mesh, P()) if mesh is not None else None
+    out_shardings = None
+    if mesh is not None:
+        out_shardings = parallel.state_shardings(jax.eval_shape(init, key), optimizer, mesh)
     return jax.jit(init, out_shardings=out_shardings)(key)
 
 
 def abstract_train_state(init_params: InitParams, optimizer: optax.GradientTransformation,
                          mesh: Mesh) -> TrainState:
-    """Shapes, dtypes and (replicated) shardings of the train state, without computing it."""
-    repl = NamedSharding(mesh, P())
+    """Shapes, dtypes and shardings (:func:`infodiff.parallel.state_shardings`) of the train
+    state on ``mesh``, without computing it."""
     shapes = jax.eval_shape(lambda k: init_train_state(init_params, optimizer, k), jax.random.key(0))
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=repl), shapes)
+    shardings = parallel.state_shardings(shapes, optimizer, mesh)
+    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings)
 
 
 def step_key(train_key: jax.Array, step: int) -> jax.Array:

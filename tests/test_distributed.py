@@ -1,0 +1,205 @@
+"""Multi-process runs on CPU (gloo collectives): a run's result does not depend on how it was
+launched (1 device, 1 process x 4 devices, 2 processes x 2 devices, with parameters sharded
+over fsdp), a run saved by 2 processes resumes in 1, and evaluate.py across 2 processes gives
+the single-process report.
+
+Each test starts its processes itself (train.py / evaluate.py with ``--coordinator_address``
+on a free local port, ``XLA_FLAGS=--xla_force_host_platform_device_count=2``), waits with a
+deadline and kills whatever is left. Tiny models, 4 steps, the constant learning-rate schedule
+(so a run resumed with a longer ``train.num_steps`` takes the steps an uninterrupted run takes).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from infodiff import tasks, training
+
+REPO = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 300
+
+_TEXT = {"model.num_layers": 1, "model.num_heads": 2, "model.width": 32, "data.seq_len": 16,
+         "train.batch_size": 8, "train.num_steps": 4, "train.log_every": 2, "train.eval_every": 1000,
+         "train.eval_batches": 1, "train.ckpt_every": 2, "optim.warmup_steps": 1, "optim.decay": "constant",
+         "optim.lr": 3e-3}
+RUNS = {
+    "masked": ("configs/masked_text.py", _TEXT),
+    "sedd": ("configs/sedd_absorb_text.py", _TEXT),
+    "poisson": ("configs/poisson_synthetic.py", {
+        "data.num_train": 256, "data.num_valid": 64, "data.num_test": 64, "model.hidden": 16,
+        "model.num_layers": 1, "model.emb_dim": 8, "train.batch_size": 16, "train.num_steps": 4,
+        "train.log_every": 2, "train.eval_every": 1000, "train.eval_batches": 1, "train.ckpt_every": 2,
+        "optim.warmup_steps": 1, "optim.decay": "constant"}),
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(script: str, args: list[str], num_processes: int, devices: int, logdir: Path) -> list[str]:
+    """Run ``script args`` as ``num_processes`` processes of ``devices`` CPU devices each; the
+    stderr text of each. Fails (after killing them all) on a non-zero exit or the deadline."""
+    logdir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    port = _free_port()
+    procs, logs = [], []
+    try:
+        for i in range(num_processes):
+            extra = ([f"--coordinator_address=127.0.0.1:{port}", f"--num_processes={num_processes}",
+                      f"--process_id={i}"] if num_processes > 1 else [])
+            err = open(logdir / f"{Path(script).stem}.{i}.err", "w")
+            logs.append(err)
+            procs.append(subprocess.Popen([sys.executable, script, *args, *extra], cwd=REPO, env=env,
+                                          stdout=subprocess.DEVNULL, stderr=err))
+        deadline = time.time() + TIMEOUT_S
+        for p in procs:
+            p.wait(timeout=max(1.0, deadline - time.time()))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for f in logs:
+            f.close()
+    texts = [(logdir / f"{Path(script).stem}.{i}.err").read_text() for i in range(num_processes)]
+    for p, text in zip(procs, texts):
+        assert p.returncode == 0, text[-3000:]
+    return texts
+
+
+def _flags(overrides: dict) -> list[str]:
+    return [f"--config.{k}={v}" for k, v in overrides.items()]
+
+
+def _config(kind: str, **more):
+    path, overrides = RUNS[kind]
+    spec = importlib.util.spec_from_file_location(f"_cfg_{kind}", REPO / path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    c = mod.get_config()
+    for k, v in {**overrides, **more}.items():
+        node = c
+        *parents, leaf = k.split(".")
+        for name in parents:
+            node = node[name]
+        node[leaf] = v
+    return c
+
+
+def train_cli(kind: str, workdir: Path, num_processes: int, devices: int, **more) -> list[str]:
+    path, overrides = RUNS[kind]
+    return launch("train.py", ["--config", path, f"--workdir={workdir}", *_flags({**overrides, **more})],
+                  num_processes, devices, workdir.parent / f"{workdir.name}.logs")
+
+
+def params_of(kind: str, workdir: Path, **more):
+    task = tasks.make_task(_config(kind, **more))
+    state, meta = training.load_checkpoint(str(workdir), task)
+    return jax.device_get(state.params), meta
+
+
+# Adam moves each parameter by at most ~lr per step whatever its gradient, so an element whose
+# gradient is at the level of float rounding (a reduction summed in another order on another
+# layout) may move by a different fraction of lr: the absolute tolerance is a thousandth of the
+# largest total move (4 steps x lr 3e-3), far below what a wrong batch or key changes (~lr).
+ATOL = 1e-3 * 4 * 3e-3
+
+
+def assert_same_params(a, b, what: str):
+    leaves_a, leaves_b = jax.tree_util.tree_leaves_with_path(a), jax.tree.leaves(b)
+    assert len(leaves_a) == len(leaves_b) > 3
+    for (path, x), y in zip(leaves_a, leaves_b):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=ATOL, err_msg=f"{what}: {jax.tree_util.keystr(path)}")
+
+
+@pytest.fixture(scope="module")
+def masked_runs(tmp_path_factory):
+    """The same tiny masked run on 1 device (in process), 1 process x 4 devices, 2 x 2."""
+    root = tmp_path_factory.mktemp("masked")
+    training.train(tasks.make_task(_config("masked")), str(root / "one"))
+    train_cli("masked", root / "four", 1, 4)
+    logs = train_cli("masked", root / "two_by_two", 2, 2)
+    return root, logs
+
+
+def test_masked_same_parameters_however_launched(masked_runs):
+    root, logs = masked_runs
+    one, meta = params_of("masked", root / "one")
+    assert meta["step"] == 4
+    for name in ("four", "two_by_two"):
+        other, meta = params_of("masked", root / name)
+        assert meta["step"] == 4
+        assert_same_params(one, other, name)
+    # the parameters moved (a test of equality between runs that did nothing would be empty)
+    init = jax.device_get(tasks.make_task(_config("masked")).init_params(
+        jax.random.fold_in(jax.random.key(int(_config("masked").seed)), 0)))
+    assert max(float(np.abs(a - b).max()) for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(init))) > 1e-3
+    assert "2 process(es) x 2 device(s)" in logs[0] and "mesh data=4 fsdp=1" in logs[0]
+    assert "parallel:" not in logs[1]  # process 1 does not repeat process 0's lines
+    # one writer: metrics.jsonl of the 2-process run has the records of the 1-device run
+    recs = [json.loads(line)["step"] for line in open(root / "two_by_two" / "metrics.jsonl")]
+    assert recs == [json.loads(line)["step"] for line in open(root / "one" / "metrics.jsonl")]
+
+
+def test_fsdp_shards_parameters_and_resumes_on_one_process(masked_runs, tmp_path):
+    root, _ = masked_runs
+    wd = tmp_path / "fsdp"
+    logs = train_cli("masked", wd, 2, 2, **{"train.mesh.fsdp": 2, "train.num_steps": 2})
+    line = next(s for s in logs[0].splitlines() if "parallel:" in s)
+    assert "mesh data=2 fsdp=2" in line, line
+    m = re.search(r"(\d+) of (\d+) parameter arrays \(([\d.]+)% of the parameters\) split over fsdp", line)
+    assert m, line
+    assert 0 < int(m[1]) < int(m[2]), line  # kernels and the embedding split, biases and norms whole
+    assert float(m[3]) > 90.0, line
+    # the orbax checkpoint records how each array was sharded when saved
+    sharding_file = wd / "checkpoints" / "2" / "state" / "_sharding"
+    if sharding_file.exists():
+        assert "fsdp" in sharding_file.read_text()
+    # saved by 2 processes on a data x fsdp = 2 x 2 mesh; resumed by this one process, one device
+    result = training.train(tasks.make_task(_config("masked")), str(wd))
+    assert result["step"] == 4
+    resumed, _ = params_of("masked", wd)
+    one, _ = params_of("masked", root / "one")
+    assert_same_params(one, resumed, "fsdp 2x2 to step 2, then 1 device to step 4")
+
+
+@pytest.mark.parametrize("kind", ["sedd", "poisson"])
+def test_sedd_and_poisson_same_parameters_on_two_processes(kind, tmp_path):
+    training.train(tasks.make_task(_config(kind)), str(tmp_path / "one"))
+    train_cli(kind, tmp_path / "two", 2, 2, **{"train.mesh.fsdp": 2})
+    one, _ = params_of(kind, tmp_path / "one")
+    two, meta = params_of(kind, tmp_path / "two")
+    assert meta["step"] == 4
+    assert_same_params(one, two, f"{kind}: 1 device vs 2 processes x 2 devices, fsdp 2")
+
+
+def test_evaluation_across_two_processes_gives_the_single_process_report(masked_runs, tmp_path):
+    root, _ = masked_runs
+    wd = root / "two_by_two"
+    ev = ["--config.eval.estimator=k_dce", "--config.eval.num_samples=2", "--config.eval.max_sequences=12",
+          "--config.eval.num_generate=0", "--config.eval.batch_size=16"]
+    launch("evaluate.py", [f"--workdir={wd}", *ev], 1, 1, tmp_path / "ev1")
+    single = json.loads((wd / "report.json").read_text())
+    (wd / "report.json").unlink()
+    launch("evaluate.py", [f"--workdir={wd}", *ev], 2, 2, tmp_path / "ev2")
+    multi = json.loads((wd / "report.json").read_text())
+    assert (multi["env"]["devices"], multi["env"]["processes"], single["env"]["devices"]) == (4, 2, 1)
+    assert multi["forward_passes"] == single["forward_passes"] > 0
+    np.testing.assert_allclose(multi["nll"], single["nll"], rtol=1e-6)
+    np.testing.assert_allclose(multi["nll_stderr"], single["nll_stderr"], rtol=1e-4)
+    assert single["nll_stderr"] > 0
