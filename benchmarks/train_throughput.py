@@ -3,6 +3,7 @@
     python benchmarks/train_throughput.py                          # configs/masked_text.py
     python benchmarks/train_throughput.py --config.train.batch_size=128 --config.model.width=256
     python benchmarks/train_throughput.py --config configs/other.py --repeats 10
+    python benchmarks/train_throughput.py --attention=einsum,dot_product  # both, interleaved
 
 Times ``infodiff.training.make_train_step`` of the config's task (``infodiff.tasks.make_task``;
 the exact function train.py runs: loss, backward, clip + AdamW, EMA; data-parallel over all
@@ -21,7 +22,10 @@ repeat with the library's: ``benchmarks/plain_transformer.py`` (the transformer 
 the same parameters, token-major attention), a masked cross-entropy weighted by 1 / t with
 t ~ U(0, 1), and ``optax.adamw`` + clipping + EMA written out here. "vs plain step" is the
 library's tokens/s over the peer's, so a regression of the library shows as a ratio, not as an
-absolute time. A benchmark, not a test: it asserts nothing.
+absolute time. ``--attention=einsum,dot_product`` times the library's step once per attention
+path (``config.model.attention``; same parameters and batches), interleaved with each other and
+with the peer; the rows after the first path's are that path's step time and its tokens/s
+relative to the first. A benchmark, not a test: it asserts nothing.
 """
 
 import os
@@ -43,6 +47,8 @@ _STEPS = flags.DEFINE_integer("steps", 10, "Train steps per timed repeat.")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed repeats (median and best reported).")
 _WARMUP = flags.DEFINE_integer("warmup", 3, "Untimed steps after compilation.")
 _MATMUL = flags.DEFINE_integer("matmul_size", 2048, "Side of the square float32 matmul reference.")
+_ATTENTION = flags.DEFINE_list("attention", [], "Attention paths to time, interleaved (e.g. einsum,dot_product); "
+                               "default: the config's model.attention.")
 
 
 def _fmt(x: float, unit: str) -> str:
@@ -125,42 +131,56 @@ def main(argv):
 
     config = _CONFIG.value
     B, L, V = int(config.train.batch_size), int(config.data.seq_len), int(config.data.vocab_size)
+    attentions = list(_ATTENTION.value) or [str(config.model.get("attention", "einsum"))]
     mesh = training.make_mesh()
     training.check_batch_divisible(B, mesh)
-    task = tasks.make_task(config)  # the corpus is never loaded: the batches are random tokens
-    model = task.model
-    optimizer = training.make_optimizer(config)
-    state = training.init_train_state(task.init_params, optimizer, jax.random.key(0), mesh)
-    train_step = training.make_train_step(task, optimizer, mesh)
     batch_sharding = NamedSharding(mesh, P("data"))
     rng = np.random.default_rng(0)
     batches = [jax.device_put(rng.integers(0, V, (B, L)).astype(np.int32), batch_sharding) for _ in range(4)]
     key = jax.random.key(1)
 
-    step = 0
+    def library_runner(attention):
+        """(run(n), model, params): n library train steps of the config with ``attention``."""
+        c = config.copy_and_resolve_references()
+        with c.unlocked():
+            c.model.attention = attention
+        task = tasks.make_task(c)  # the corpus is never loaded: the batches are random tokens
+        optimizer = training.make_optimizer(c)
+        state = [training.init_train_state(task.init_params, optimizer, jax.random.key(0), mesh)]
+        train_step = training.make_train_step(task, optimizer, mesh)
+        step = [0]
 
-    def run(n):
-        nonlocal state, step
-        for _ in range(n):
-            state, metrics = train_step(state, batches[step % len(batches)], jax.random.fold_in(key, step))
-            step += 1
-        jax.block_until_ready((state, metrics))
+        def run(n):
+            for _ in range(n):
+                state[0], metrics = train_step(state[0], batches[step[0] % len(batches)],
+                                               jax.random.fold_in(key, step[0]))
+                step[0] += 1
+            jax.block_until_ready((state[0], metrics))
 
-    peer_run = _plain_step_runner(config, jax.device_get(state.params), batches)
-    t0 = time.perf_counter()
-    run(1)
-    compile_s = time.perf_counter() - t0
-    run(_WARMUP.value)
-    peer_run(1 + _WARMUP.value)
-    times, peer_times = [], []
-    for _ in range(_REPEATS.value):  # interleaved: both see the same machine state
+        return run, task.model, jax.device_get(state[0].params)  # host copy: the step donates the state
+
+    runs, compile_s = {}, {}
+    for a in attentions:
+        runs[a], model_a, params_a = library_runner(a)
+        if a == attentions[0]:
+            model, params = model_a, params_a  # the FLOP count and the peer use the first path's
         t0 = time.perf_counter()
-        run(_STEPS.value)
-        times.append((time.perf_counter() - t0) / _STEPS.value)
+        runs[a](1)
+        compile_s[a] = time.perf_counter() - t0
+        runs[a](_WARMUP.value)
+    first = attentions[0]
+    peer_run = _plain_step_runner(config, params, batches)
+    peer_run(1 + _WARMUP.value)
+    times, peer_times = {a: [] for a in attentions}, []
+    for _ in range(_REPEATS.value):  # interleaved: all see the same machine state
+        for a in attentions:
+            t0 = time.perf_counter()
+            runs[a](_STEPS.value)
+            times[a].append((time.perf_counter() - t0) / _STEPS.value)
         t0 = time.perf_counter()
         peer_run(_STEPS.value)
         peer_times.append((time.perf_counter() - t0) / _STEPS.value)
-    step_med, step_best = statistics.median(times), min(times)
+    step_med, step_best = statistics.median(times[first]), min(times[first])
     peer_med = statistics.median(peer_times)
 
     fpt = flops_per_token(model)
@@ -173,11 +193,11 @@ def main(argv):
                     f"{os.cpu_count()} host CPUs"),
         ("model", f"{config.model.num_layers} layers, width {config.model.width}, "
                   f"{config.model.num_heads} heads, dtype {config.model.dtype}, "
-                  f"time_conditioning={config.model.time_conditioning}"),
+                  f"time_conditioning={config.model.time_conditioning}, attention {first}"),
         ("objective", f"{config.process.objective} ({config.process.schedule})"),
         ("batch", f"{B} x {L} = {tokens_per_step} tokens/step"),
-        ("params", f"{count_params(state.params):,}"),
-        ("compile + first step", f"{compile_s:.2f} s"),
+        ("params", f"{count_params(params):,}"),
+        ("compile + first step", f"{compile_s[first]:.2f} s"),
         ("step time (median / best)", f"{step_med * 1e3:.2f} / {step_best * 1e3:.2f} ms "
                                       f"({_REPEATS.value} x {_STEPS.value} steps)"),
         ("steps/s", f"{1.0 / step_med:.2f}"),
@@ -189,6 +209,11 @@ def main(argv):
         ("plain jnp step (median)", f"{peer_med * 1e3:.2f} ms, {tokens_per_step / peer_med:,.0f} tokens/s"),
         ("tokens/s vs plain step", f"{peer_med / step_med:.2f}x"),
     ]
+    for a in attentions[1:]:
+        med = statistics.median(times[a])
+        rows += [(f"attention {a}: compile + first step", f"{compile_s[a]:.2f} s"),
+                 (f"attention {a}: step time (median / best)", f"{med * 1e3:.2f} / {min(times[a]) * 1e3:.2f} ms"),
+                 (f"attention {a}: tokens/s vs {first}", f"{step_med / med:.2f}x")]
     width = max(len(k) for k, _ in rows)
     print()
     for k, v in rows:

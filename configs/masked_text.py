@@ -37,7 +37,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.mlp_ratio = 4
     c.model.dropout = 0.0
     c.model.time_conditioning = False  # RADD-style time-free network
-    c.model.dtype = "float32"
+    c.model.dtype = "float32"          # matmul dtype: float32 | bfloat16 (params, outputs, losses: float32)
+    c.model.allow_float16 = False      # True: accept dtype 'float16' (no loss scaling; read only for float16)
+    c.model.attention = "einsum"       # einsum (reference) | dot_product (jax.nn.dot_product_attention)
 
     c.optim = common.optim()
     c.train = common.train()

@@ -162,6 +162,9 @@ CONDITIONAL: tuple[Conditional, ...] = (
     *_keys(("model.hidden", "model.num_layers"), "model.arch = 'mlp'", _is("model.arch", "mlp"), _POISSON),
     *_keys(("model.channels", "model.num_blocks"), "model.arch in ('conv', 'seqconv')",
            _is("model.arch", "conv", "seqconv"), _POISSON),
+    # text networks: the float16 opt-in
+    Conditional("model.allow_float16", "model.dtype = 'float16'", _is("model.dtype", "float16"),
+                _is_not("process.name", "poisson")),
     # Poisson log-SNR proposals and the high-SNR guard
     *_keys(("process.loc", "process.scale", "process.clip"), "process.proposal = 'manual'",
            _is("process.proposal", "manual"), _POISSON),

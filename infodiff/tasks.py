@@ -42,7 +42,7 @@ from infodiff.denoisers import NoParams
 from infodiff.validation import validate_token_stream
 from infodiff.networks import count_denoisers as cd
 from infodiff.networks.text_denoisers import Denoiser, ScoreModel
-from infodiff.networks.transformer import Transformer
+from infodiff.networks.transformer import ATTENTIONS, Transformer
 from infodiff.processes import base, masked, poisson, score_entropy
 
 __all__ = [
@@ -59,6 +59,7 @@ __all__ = [
     "poisson_estimation_process",
     "oracle_case",
     "make_transformer",
+    "compute_dtype",
     "make_mask_spec",
     "score_param",
     "check_sedd_eval_config",
@@ -121,11 +122,27 @@ def _text_valid_batches(valid: np.ndarray, config: ml_collections.ConfigDict) ->
     return chunks_NxL[idx].reshape(nb, B, L)
 
 
-def _dtype(name: str):
-    try:
+def compute_dtype(model_config: ml_collections.ConfigDict) -> jnp.dtype:
+    """The text transformer's matmul dtype, ``model_config.dtype``: 'float32' or 'bfloat16';
+    'float16' only with ``model_config.allow_float16 = True`` (read only then:
+    infodiff/config_usage.py).
+
+    Raises:
+      ValueError: one line naming the value: 'float16' without the opt-in (its gradients
+        underflow: there is no loss scaling; bfloat16 has float32's exponent range), or any
+        other name (e.g. 'int8', 'float64').
+    """
+    name = str(model_config.dtype)
+    if name in ("float32", "bfloat16"):
         return jnp.dtype(name)
-    except TypeError:
-        raise ValueError(f"config.model.dtype={name!r} is not a dtype (use 'float32' or 'bfloat16')") from None
+    if name == "float16":
+        if bool(model_config.get("allow_float16", False)):
+            return jnp.dtype(name)
+        raise ValueError("config.model.dtype='float16' is refused: without loss scaling (not implemented) small "
+                         "gradients underflow in float16; use 'bfloat16', or set config.model.allow_float16=True "
+                         "to run float16 anyway")
+    raise ValueError(f"config.model.dtype={name!r}; choose 'float32' or 'bfloat16' "
+                     "('float16' with config.model.allow_float16=True)")
 
 
 def score_param(config: ml_collections.ConfigDict) -> str:
@@ -137,14 +154,19 @@ def make_transformer(config: ml_collections.ConfigDict) -> Transformer:
     """The text network described by ``config.model`` / ``config.data``.
 
     ``vocab_size = config.data.vocab_size`` real tokens (the MASK id is ``vocab_size``),
-    ``seq_len = config.data.seq_len``, compute dtype ``config.model.dtype`` ('float32' or
-    'bfloat16'; parameters are always float32); output ``log_softmax``, or raw ``logits`` for a
-    SEDD run with ``score_param='direct'``.
+    ``seq_len = config.data.seq_len``, compute dtype :func:`compute_dtype` of ``config.model``
+    (parameters, optimiser state, outputs and losses are float32 whatever it is), attention
+    ``config.model.attention`` ('einsum', the default, or 'dot_product':
+    ``jax.nn.dot_product_attention``; same parameters); output ``log_softmax``, or raw
+    ``logits`` for a SEDD run with ``score_param='direct'``.
 
     Raises:
-      ValueError: unknown dtype name or score_param.
+      ValueError: a dtype :func:`compute_dtype` refuses; unknown attention or score_param.
     """
     m = config.model
+    attention = str(m.get("attention", "einsum"))
+    if attention not in ATTENTIONS:
+        raise ValueError(f"config.model.attention={attention!r}; choose from {ATTENTIONS}")
     output = "log_softmax"
     if process_name(config) == "sedd" and score_param(config) == "direct":
         output = "logits"
@@ -157,8 +179,9 @@ def make_transformer(config: ml_collections.ConfigDict) -> Transformer:
         mlp_ratio=int(m.mlp_ratio),
         dropout=float(m.dropout),
         time_conditioning=bool(m.time_conditioning),
-        dtype=_dtype(m.dtype),
+        dtype=compute_dtype(m),
         output=output,
+        attention=attention,
     )
 
 

@@ -133,6 +133,19 @@ def test_override_of_an_unread_key_is_refused():
     assert cu.override_keys(["x.py", "-config.eval.loc=0.5"]) == ["eval.loc"]  # absl accepts one dash
 
 
+def test_allow_float16_is_read_only_with_float16():
+    """config.model.allow_float16 is the float16 opt-in: read (and overridable) only when
+    model.dtype = 'float16'."""
+    from configs import masked_text
+
+    c = masked_text.get_config()
+    with pytest.raises(ValueError, match=r"model\.allow_float16 is not read .* model\.dtype = 'float16'"):
+        cu.check_overrides(c, ["model.allow_float16"])
+    c.model.dtype = "float16"
+    cu.check_overrides(c, ["model.allow_float16", "model.dtype"])
+    assert "model.allow_float16" not in cu.not_read(c)
+
+
 def test_overrides_in_a_flagfile_are_checked(tmp_path):
     f = tmp_path / "flags"
     f.write_text("# my settings\n--config.eval.loc=0.5\n--workdir=/x\n")

@@ -70,3 +70,60 @@ def test_oracle_config_is_not_a_training_config():
 
     with pytest.raises(ValueError, match="oracle config"):
         tasks.make_task(oracle_tabular.get_config())
+
+
+def test_compute_dtype_float16_only_on_request():
+    """config.model.dtype: float32 / bfloat16; float16 refused in one line unless
+    config.model.allow_float16; anything else refused; likewise an unknown attention."""
+    import jax.numpy as jnp
+
+    cfg = _configs()["masked"]
+    assert cfg.model.dtype == "float32" and cfg.model.allow_float16 is False and cfg.model.attention == "einsum"
+    for name in ("float32", "bfloat16"):
+        cfg.model.dtype = name
+        assert tasks.make_task(cfg).model.dtype == jnp.dtype(name)
+    cfg.model.dtype = "float16"
+    with pytest.raises(ValueError, match=r"config.model.dtype='float16' is refused: .*allow_float16=True") as e:
+        tasks.make_task(cfg)
+    assert "\n" not in str(e.value)
+    cfg.model.allow_float16 = True
+    assert tasks.make_task(cfg).model.dtype == jnp.float16
+    for name in ("int8", "float64", "bf16"):
+        cfg.model.dtype = name
+        with pytest.raises(ValueError, match=f"config.model.dtype='{name}'; choose 'float32' or 'bfloat16'"):
+            tasks.make_task(cfg)
+    cfg = _configs()["masked"]
+    cfg.model.attention = "flash"
+    with pytest.raises(ValueError, match=r"config.model.attention='flash'; choose from \('einsum', 'dot_product'\)"):
+        tasks.make_task(cfg)
+    cfg.model.attention = "dot_product"
+    assert tasks.make_task(cfg).model.attention == "dot_product"
+
+
+@pytest.mark.parametrize("name", ["masked", "sedd"])
+def test_bfloat16_training_loss_is_float32(name):
+    """With dtype='bfloat16' the task's loss, per-example losses, metrics and gradients are
+    float32 (the network's output is float32; the processes' sums follow it), and the loss is
+    close to the float32 network's on the same params, batch and key."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    losses = {}
+    for dtype in ("float32", "bfloat16"):
+        cfg = _configs()[name]
+        cfg.model.update(dict(num_layers=1, num_heads=2, width=32, dtype=dtype))
+        cfg.data.seq_len = 16
+        task = tasks.make_task(cfg)
+        params = task.init_params(jax.random.key(0))
+        rng = np.random.default_rng(1)
+        params = jax.tree.map(lambda p: p + 0.1 * rng.standard_normal(p.shape).astype(p.dtype), params)
+        batch = jnp.asarray(rng.integers(0, task.vocab_size, (4, 16)), jnp.int32)
+        (loss, loss_B), grads = jax.value_and_grad(task.loss_fn, has_aux=True)(params, batch, jax.random.key(2), True)
+        assert loss.dtype == jnp.float32 and loss_B.dtype == jnp.float32 and loss_B.shape == (4,)
+        assert all(v.dtype == jnp.float32 for v in task.metrics(loss_B).values())
+        assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(params))
+        assert all(g.dtype == jnp.float32 for g in jax.tree.leaves(grads))
+        losses[dtype] = np.asarray(loss_B)
+    # per-token log-prob error of bf16 (< 0.05 nats, tests/test_transformer.py) summed over <= L positions
+    np.testing.assert_allclose(losses["bfloat16"], losses["float32"], rtol=2e-2, atol=0.05 * 16)

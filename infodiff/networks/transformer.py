@@ -18,6 +18,9 @@ Architecture (pre-LN, non-causal):
   function and parameters as the token-major layout first written
   (benchmarks/plain_transformer.py; tests/test_transformer.py compares them),
   fewer layout copies;
+* ``attention='dot_product'`` computes the same attention with
+  ``jax.nn.dot_product_attention`` (token-major ``[B, L, H, K]``, its layout; same
+  parameters; tests/test_transformer.py compares it with the einsum path);
 * final ``LN`` and ``Dense(V)`` head with zero-initialised kernel and bias, so
   at initialisation every output equals ``-log V`` exactly (the uniform
   distribution over real tokens).
@@ -41,7 +44,8 @@ Sources:
   (DiT), arXiv:2212.09748: time-dependent scale/shift of LayerNorm outputs.
 
 Dtype policy: parameters are float32.  Matmuls (embedding lookup excluded)
-run in ``Transformer.dtype`` (float32 or bfloat16).  The residual stream,
+run in ``Transformer.dtype`` (float32, bfloat16 or float16; a run's config allows float16
+only on request: :func:`infodiff.tasks.make_transformer`).  The residual stream,
 every LayerNorm, the attention softmax, RoPE's sin/cos, the whole time
 conditioning path and the final ``log_softmax`` are float32.  The output is
 always float32.
@@ -62,7 +66,15 @@ __all__ = [
     "timestep_embedding",
     "count_params",
     "flops_per_token",
+    "ATTENTIONS",
+    "DTYPES",
 ]
+
+# Transformer.attention: the einsum path (the reference, query-blocked for large scores) or
+# jax.nn.dot_product_attention (implementation=None: jax 0.10 runs its XLA version).
+ATTENTIONS = ("einsum", "dot_product")
+# Transformer.dtype: the matmul compute dtypes accepted.
+DTYPES = ("float32", "bfloat16", "float16")
 
 # PyTorch / RADD default LayerNorm epsilon.
 _LN_EPS = 1e-5
@@ -227,6 +239,13 @@ def _attend(q_BxHxLxK: jax.Array, k_BxHxLxK: jax.Array, v_BxHxLxK: jax.Array,
     return jnp.moveaxis(o_NxBxHxCxK, 0, 2).reshape(B, H, L, K)
 
 
+def _attend_dot_product(q_BxLxHxK: jax.Array, k_BxLxHxK: jax.Array, v_BxLxHxK: jax.Array) -> jax.Array:
+    """softmax(q k^T / sqrt(K)) v, token-major, by ``jax.nn.dot_product_attention``
+    (``implementation=None``: jax chooses; scores and softmax in float32). Same dtype in and
+    out, shape ``[B, L, H, K]``."""
+    return jax.nn.dot_product_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, implementation=None)
+
+
 class _Block(nn.Module):
     """Pre-LN transformer block: full self-attention with RoPE, then GELU MLP."""
 
@@ -234,6 +253,7 @@ class _Block(nn.Module):
     mlp_ratio: int
     dropout: float
     dtype: Any
+    attention: str = "einsum"
 
     @nn.compact
     def __call__(self, x_BxLxD: jax.Array, c_BxC: Optional[jax.Array],
@@ -242,17 +262,26 @@ class _Block(nn.Module):
         H = self.num_heads
         K = D // H
 
-        # --- attention (head-major: [B, H, L, K] straight from the qkv kernel) ---
+        # --- attention: head-major [B, H, L, K] straight from the qkv kernel (einsum), or
+        # token-major [B, L, H, K] (dot_product, the layout jax.nn.dot_product_attention takes) ---
         h_BxLxD = _Norm(name="norm_attn")(x_BxLxD, c_BxC)
         qkv_Dx3xHxK = _Kernel((D, 3 * D), name="qkv")().reshape(D, 3, H, K).astype(self.dtype)
-        q_BxHxLxK, k_BxHxLxK, v_BxHxLxK = (
-            jnp.einsum("bld,dhk->bhlk", h_BxLxD.astype(self.dtype), qkv_Dx3xHxK[:, i]) for i in range(3))
-        pos_L = jnp.arange(L)
-        q_BxHxLxK = apply_rope(q_BxHxLxK, pos_L, seq_axis=-2)
-        k_BxHxLxK = apply_rope(k_BxHxLxK, pos_L, seq_axis=-2)
-        o_BxHxLxK = _attend(q_BxHxLxK, k_BxHxLxK, v_BxHxLxK, self.dtype)
         out_HxKxD = _Kernel((D, D), name="attn_out")().reshape(H, K, D).astype(self.dtype)
-        o_BxLxD = jnp.einsum("bhlk,hkd->bld", o_BxHxLxK.astype(self.dtype), out_HxKxD)
+        pos_L = jnp.arange(L)
+        if self.attention == "dot_product":
+            q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = (
+                jnp.einsum("bld,dhk->blhk", h_BxLxD.astype(self.dtype), qkv_Dx3xHxK[:, i]) for i in range(3))
+            q_BxLxHxK = apply_rope(q_BxLxHxK, pos_L, seq_axis=-3)
+            k_BxLxHxK = apply_rope(k_BxLxHxK, pos_L, seq_axis=-3)
+            o_BxLxHxK = _attend_dot_product(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK)
+            o_BxLxD = jnp.einsum("blhk,hkd->bld", o_BxLxHxK.astype(self.dtype), out_HxKxD)
+        else:
+            q_BxHxLxK, k_BxHxLxK, v_BxHxLxK = (
+                jnp.einsum("bld,dhk->bhlk", h_BxLxD.astype(self.dtype), qkv_Dx3xHxK[:, i]) for i in range(3))
+            q_BxHxLxK = apply_rope(q_BxHxLxK, pos_L, seq_axis=-2)
+            k_BxHxLxK = apply_rope(k_BxHxLxK, pos_L, seq_axis=-2)
+            o_BxHxLxK = _attend(q_BxHxLxK, k_BxHxLxK, v_BxHxLxK, self.dtype)
+            o_BxLxD = jnp.einsum("bhlk,hkd->bld", o_BxHxLxK.astype(self.dtype), out_HxKxD)
         if self.dropout > 0.0:
             o_BxLxD = nn.Dropout(self.dropout, name="drop_attn")(o_BxLxD, deterministic=not train)
         x_BxLxD = x_BxLxD + o_BxLxD.astype(jnp.float32)
@@ -298,11 +327,18 @@ class Transformer(nn.Module):
         the MLP, active only when ``train=True`` (rng collection
         ``'dropout'``).
       time_conditioning: if False (RADD-style), ``t_B`` is ignored entirely.
-      dtype: compute dtype for matmuls (e.g. ``jnp.bfloat16``).  Parameters,
-        LayerNorm, softmax and the output ``log_softmax`` stay float32.
+      dtype: compute dtype for matmuls, one of :data:`DTYPES` (a name or a jnp dtype, e.g.
+        ``jnp.bfloat16``).  Parameters, LayerNorm, softmax and the output stay float32.
+      attention: one of :data:`ATTENTIONS`: ``'einsum'`` (default, the reference; query
+        blocks for large scores) or ``'dot_product'`` (``jax.nn.dot_product_attention``,
+        ``implementation=None``).  The same function and parameters either way.
       output: ``'log_softmax'`` (default: normalised log-probabilities, the mean /
         x0-prediction) or ``'logits'`` (the raw float32 head output, e.g. SEDD's direct
         log-score parameterisation, :mod:`infodiff.processes.score_entropy`).
+
+    Raises:
+      ValueError: at construction, ``attention`` not in :data:`ATTENTIONS` or ``dtype`` not
+        in :data:`DTYPES` (e.g. ``'int8'``, ``float64``).
     """
 
     vocab_size: int
@@ -315,6 +351,20 @@ class Transformer(nn.Module):
     time_conditioning: bool = False
     dtype: Any = jnp.float32
     output: str = "log_softmax"
+    attention: str = "einsum"
+
+    def __post_init__(self):
+        """Refuses, at construction, an unknown ``attention`` or ``dtype`` (ValueError, one
+        line naming the value)."""
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"Transformer attention={self.attention!r}; choose from {ATTENTIONS}")
+        try:
+            name = jnp.dtype(self.dtype).name
+        except TypeError:
+            name = None
+        if name not in DTYPES:
+            raise ValueError(f"Transformer dtype={self.dtype!r} is not a compute dtype; choose from {DTYPES}")
+        super().__post_init__()
 
     @nn.compact
     def __call__(self, z_BxL: jax.Array, t_B: Optional[jax.Array] = None, *,
@@ -370,7 +420,7 @@ class Transformer(nn.Module):
         x_BxLxD = nn.Embed(self.vocab_size + 1, D, dtype=jnp.float32, name="embed")(z_BxL)
         for i in range(self.num_layers):
             x_BxLxD = _Block(num_heads=self.num_heads, mlp_ratio=self.mlp_ratio,
-                             dropout=self.dropout, dtype=self.dtype,
+                             dropout=self.dropout, dtype=self.dtype, attention=self.attention,
                              name=f"block_{i}")(x_BxLxD, c_BxD, train)
         h_BxLxD = _Norm(name="norm_final")(x_BxLxD, c_BxD)
         logits_BxLxV = nn.Dense(self.vocab_size, dtype=self.dtype,
