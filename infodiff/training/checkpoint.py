@@ -91,6 +91,8 @@ RESUMABLE_KEYS = (
     "train.keep_checkpoints",
     "train.mesh.data",   # the device layout: a run saved on one layout resumes on another
     "train.mesh.fsdp",
+    "model.attention",   # einsum or jax.nn.dot_product_attention: the same function
+    "model.allow_float16",  # an opt-in; model.dtype itself must match
     "data.cache_dir",
     "experiment",
 )
