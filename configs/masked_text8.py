@@ -8,7 +8,8 @@ Needs a real text8 file (standard 90M/5M/5M split):
   python evaluate.py --workdir runs/text8
 
 Published reference: MD4 <= 1.37 bits per character on the text8 test split (MD4 Table 2).
-The batch is data-parallel over all local devices (it must divide by the device count).
+The batch is split over every device of every process (it must divide by the device count);
+config.train.mesh.fsdp > 1 also splits the parameters (README "Running on a pod").
 """
 
 from configs import masked_text

@@ -396,7 +396,7 @@ def estimate(process, denoiser, xs_NxBxL, target_BxL, key, num_samples: int, bat
     b_chunk, s_chunk = chunk_shape(process.chunk_order, B, num_samples, batch_size, per)
     out = np.zeros((N, B, num_samples), np.float64)
     bar = None
-    if progress:
+    if progress and jax.process_index() == 0:  # one bar in a multi-process run
         import tqdm  # progress bar with ETA on long evaluations
 
         n_calls = math.ceil(B / b_chunk) * math.ceil(num_samples / s_chunk) * (N if independent else 1)

@@ -26,6 +26,7 @@ import contextlib
 import contextvars
 import os
 import re
+import sys
 from typing import Any, Iterator
 
 import jax
@@ -42,6 +43,7 @@ __all__ = [
     "cluster_detected",
     "initialize",
     "is_primary",
+    "check_same",
     "mesh_shape",
     "make_mesh",
     "batch_sharding",
@@ -138,15 +140,33 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         raise DistributedError("num_processes / process_id given without --coordinator_address=HOST:PORT "
                                "(the address of process 0, the same for every process)")
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise DistributedError(f"coordinator_address={address!r} must be HOST:PORT (e.g. 10.0.0.1:1234)")
     if n is None or pid is None:
         raise DistributedError(f"coordinator_address={address!r} needs --num_processes and --process_id "
                                "(or JAX_NUM_PROCESSES / JAX_PROCESS_ID)")
     if not 0 <= pid < n:
         raise DistributedError(f"process_id={pid} must be in [0, {n}) for num_processes={n}")
-    jax.distributed.initialize(address, n, pid)
+    timeout = _int_setting(env.get("INFODIFF_DISTRIBUTED_TIMEOUT", "300"), "INFODIFF_DISTRIBUTED_TIMEOUT")
+    print(f"process {pid} of {n}: joining the run at {address} (waiting up to {timeout} s for all "
+          "processes; set INFODIFF_DISTRIBUTED_TIMEOUT to change)", file=sys.stderr, flush=True)
+    jax.distributed.initialize(address, n, pid, initialization_timeout=timeout)
     return True
+
+
+def check_same(text: str, what: str) -> None:
+    """DistributedError (one line, on every process) unless ``text`` (e.g. the config as JSON)
+    is the same in every process; nothing in a single process."""
+    if jax.process_count() == 1:
+        return
+    import hashlib
+
+    mine = np.frombuffer(hashlib.sha256(text.encode()).digest(), np.uint8)
+    every = np.asarray(multihost_utils.process_allgather(mine)).reshape(jax.process_count(), -1)
+    differ = [i for i in range(len(every)) if not np.array_equal(every[i], every[0])]
+    if differ:
+        raise DistributedError(f"processes {differ} were started with {what} different from process 0's: "
+                               "start every process with the same command (only --process_id differs)")
 
 
 def is_primary() -> bool:

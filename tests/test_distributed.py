@@ -51,7 +51,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(script: str, args: list[str], num_processes: int, devices: int, logdir: Path) -> list[str]:
+def launch(script: str, args: list[str], num_processes: int, devices: int, logdir: Path,
+           per_process: list[list[str]] | None = None, expect_rc: int = 0) -> list[str]:
     """Run ``script args`` as ``num_processes`` processes of ``devices`` CPU devices each; the
     stderr text of each. Fails (after killing them all) on a non-zero exit or the deadline."""
     logdir.mkdir(parents=True, exist_ok=True)
@@ -64,7 +65,8 @@ def launch(script: str, args: list[str], num_processes: int, devices: int, logdi
                       f"--process_id={i}"] if num_processes > 1 else [])
             err = open(logdir / f"{Path(script).stem}.{i}.err", "w")
             logs.append(err)
-            procs.append(subprocess.Popen([sys.executable, script, *args, *extra], cwd=REPO, env=env,
+            own = per_process[i] if per_process else []
+            procs.append(subprocess.Popen([sys.executable, script, *args, *own, *extra], cwd=REPO, env=env,
                                           stdout=subprocess.DEVNULL, stderr=err))
         deadline = time.time() + TIMEOUT_S
         for p in procs:
@@ -78,7 +80,7 @@ def launch(script: str, args: list[str], num_processes: int, devices: int, logdi
             f.close()
     texts = [(logdir / f"{Path(script).stem}.{i}.err").read_text() for i in range(num_processes)]
     for p, text in zip(procs, texts):
-        assert p.returncode == 0, text[-3000:]
+        assert p.returncode == expect_rc, text[-3000:]
     return texts
 
 
@@ -203,3 +205,16 @@ def test_evaluation_across_two_processes_gives_the_single_process_report(masked_
     np.testing.assert_allclose(multi["nll"], single["nll"], rtol=1e-6)
     np.testing.assert_allclose(multi["nll_stderr"], single["nll_stderr"], rtol=1e-4)
     assert single["nll_stderr"] > 0
+
+
+def test_processes_started_with_different_configs_stop_with_one_line(tmp_path):
+    path, overrides = RUNS["masked"]
+    args = ["--config", path, f"--workdir={tmp_path / 'w'}", *_flags(overrides)]
+    texts = launch("train.py", args, 2, 2, tmp_path / "logs", per_process=[[], ["--config.train.mesh.fsdp=2"]],
+                   expect_rc=1)
+    for text in texts:
+        errors = [line for line in text.splitlines() if line.startswith("error:")]
+        assert errors == ["error: DistributedError: processes [1] were started with a config or --workdir "
+                          "different from process 0's: start every process with the same command (only "
+                          "--process_id differs)"], text[-2000:]
+        assert "Traceback" not in text

@@ -16,8 +16,8 @@ __all__ = ["log", "quiet_library_logs", "quiet_orbax_leftovers"]
 
 def log(fn: Callable, msg: str, *args) -> None:
     """``fn(msg, *args)`` (an absl log function) after clearing any live tqdm bar. In a
-    multi-process run only process 0 logs below WARNING (the others would repeat its lines)."""
-    if fn in (logging.info, logging.debug) and jax.process_index() != 0:
+    multi-process run only process 0 logs below ERROR (the others would repeat its lines)."""
+    if fn in (logging.info, logging.debug, logging.warning) and jax.process_index() != 0:
         return
     with tqdm.tqdm.external_write_mode():
         fn(msg, *args)

@@ -300,6 +300,7 @@ def train(task: Any, workdir: str, *, stop_at_step: int | None = None, mesh: Mes
     config = task.config
     tr = config.train
     num_steps, end_step = _check_train_config(config, stop_at_step)
+    parallel.check_same(config.to_json_best_effort(sort_keys=True) + workdir, "a config or --workdir")
     mesh = state_lib.make_mesh(mesh_config=tr.get("mesh")) if mesh is None else mesh
     state_lib.check_batch_divisible(int(tr.batch_size), mesh)
 
