@@ -23,7 +23,6 @@ with status 1 (``--debug`` for the traceback). ``--help`` lists the config's key
 
 import json
 import os
-import signal
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # quiet XLA/TSL C++ info logs
@@ -66,8 +65,7 @@ def main(argv):
     if parallel.is_primary():
         print(json.dumps({k: v for k, v in result.items()}, indent=2, sort_keys=True, default=str))
     if result.get("interrupted"):
-        signum = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}.get(result["interrupted"])
-        sys.exit(128 + int(signum) if signum is not None else 1)
+        sys.exit(training.exit_status(result["interrupted"]))
 
 
 if __name__ == "__main__":

@@ -94,14 +94,13 @@ def train_model(config, workdir: str, corpus) -> Denoiser:
     task = tasks.make_task(config, data=corpus)
     result = training.train(task, train_dir)
     if result.get("interrupted"):  # a checkpoint was saved: stop here, score nothing
-        import signal
         import sys
 
         print(f"training stopped by {result['interrupted']} at step {result.get('step')}; its checkpoint "
               "is saved: rerun the same command to resume", file=sys.stderr, flush=True)
         if result["interrupted"] == "SIGINT":
             raise KeyboardInterrupt
-        raise SystemExit(128 + int(getattr(signal, str(result["interrupted"]), signal.SIGTERM)))
+        raise SystemExit(training.exit_status(result["interrupted"]))
     metrics = os.path.join(train_dir, "metrics.jsonl")
     try:
         plots.training_curves_png(os.path.join(train_dir, "training_curves.png"), metrics, task.units)

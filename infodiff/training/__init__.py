@@ -43,7 +43,7 @@ from infodiff.training.checkpoint import (
     truncate_metrics,
 )
 from infodiff.training.logs import log, quiet_library_logs, quiet_orbax_leftovers
-from infodiff.training.loop import make_eval_step, make_train_step, train
+from infodiff.training.loop import exit_status, make_eval_step, make_train_step, train
 from infodiff.training.state import (
     TrainState,
     abstract_train_state,
@@ -78,6 +78,7 @@ __all__ = [
     "config_differences",
     "config_json_dict",
     "count_params",
+    "exit_status",
     "ema_decay",
     "init_train_state",
     "load_checkpoint",

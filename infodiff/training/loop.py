@@ -38,7 +38,15 @@ from infodiff.training import state as state_lib
 from infodiff.training import workdir as workdir_lib
 from infodiff.training.logs import log
 
-__all__ = ["make_train_step", "make_eval_step", "train"]
+__all__ = ["make_train_step", "make_eval_step", "train", "exit_status"]
+
+
+def exit_status(interrupted: str) -> int:
+    """The exit status of a run that :func:`train` returned with ``interrupted`` set: 128 + the
+    signal number for 'SIGINT' / 'SIGTERM' (what a scheduler reads as interrupted and may
+    requeue), 1 for anything else."""
+    signum = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}.get(str(interrupted))
+    return 128 + int(signum) if signum is not None else 1
 
 
 # ---------------------------------------------------------------------------------------------
