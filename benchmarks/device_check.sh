@@ -29,7 +29,7 @@ echo "== text8-size model, $STEPS steps x $BATCH x 256, bf16, dot_product attent
 rm -rf "$OUT/run"
 timeout 420 $PY train.py --config configs/masked_text8.py --workdir "$OUT/run" --config.data.name=text \
   --config.train.num_steps="$STEPS" --config.train.batch_size="$BATCH" --config.train.log_every=50 \
-  --config.train.eval_every=100000 --config.train.ckpt_every=100000 --config.optim.warmup_steps=100 \
+  --config.train.eval_every=100000 --config.train.eval_batches=2 --config.train.ckpt_every=100000 --config.optim.warmup_steps=100 \
   --config.model.attention=dot_product > "$OUT/train.log" 2>&1 || echo "train: failed or timed out (see $OUT/train.log)"
 
 $PY - "$OUT" "$BATCH" <<'PYEOF'

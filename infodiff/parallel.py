@@ -12,9 +12,9 @@ rounding of the reductions aside).
 * :func:`make_mesh`: a 2-D :class:`jax.sharding.Mesh` with axes ``('data', 'fsdp')`` over all
   devices of all processes (``config.train.mesh``). Batches are split along both axes
   (:func:`batch_sharding`); parameters and optimizer state along ``'fsdp'`` by the rule table
-  :data:`FSDP_RULES` (:func:`state_shardings`), which XLA all-gathers for each use and
-  reduce-scatters in the backward pass (fully sharded data parallelism, ZeRO-3: Rajbhandari et
-  al. 2020, arXiv:1910.02054).
+  :data:`FSDP_RULES` (:func:`state_shardings`); the train step gathers the parameters once
+  and reduce-scatters their gradient (parameters, EMA and optimizer state split at rest, as in
+  ZeRO: Rajbhandari et al. 2020, arXiv:1910.02054; the gather is per step, not per layer).
 * :func:`process_rows` / :func:`global_batch`: each process reads only its rows of a global
   batch and the global ``jax.Array`` is assembled from the per-process pieces
   (``jax.make_array_from_process_local_data``).
@@ -26,6 +26,7 @@ import contextlib
 import contextvars
 import os
 import re
+import signal
 import sys
 from typing import Any, Iterator
 
@@ -44,6 +45,7 @@ __all__ = [
     "initialize",
     "is_primary",
     "check_same",
+    "agreed_signal",
     "mesh_shape",
     "make_mesh",
     "batch_sharding",
@@ -167,6 +169,17 @@ def check_same(text: str, what: str) -> None:
     if differ:
         raise DistributedError(f"processes {differ} were started with {what} different from process 0's: "
                                "start every process with the same command (only --process_id differs)")
+
+
+def agreed_signal(signum: int | None) -> str | None:
+    """The name of the signal any process received (``signum`` is this process's, or None), the
+    same answer in every process (a gather: every process must call it at the same point); the
+    larger number if they differ (SIGTERM over SIGINT)."""
+    if jax.process_count() == 1:
+        return None if signum is None else signal.Signals(int(signum)).name
+    every = np.asarray(multihost_utils.process_allgather(np.int32(signum or 0))).ravel()
+    got = [int(v) for v in every if v]
+    return signal.Signals(max(got)).name if got else None
 
 
 def is_primary() -> bool:

@@ -355,9 +355,9 @@ def load_run(workdir: str, *, estimator: str | None = None, num_samples: int | N
         raise ValueError(f"estimator {est_name!r} cannot score rows of different lengths; choose from "
                          f"{SCORING_ESTIMATORS}")
     task = tasks.make_task(config)
-    state, meta = training.load_checkpoint(workdir, task)
     ema = bool(ev.use_ema) if use_ema is None else bool(use_ema)
-    den = task.denoiser(state.ema_params if ema else state.params)
+    params, meta = training.load_params(workdir, task, ema=ema)
+    den = task.denoiser(params)
     process = lk.masked_process(est_name, task.schedule_obj, task.vocab_size)
     S = num_samples if num_samples is not None else ev.get("input_samples", DEFAULT_INPUT_SAMPLES)
     if isinstance(S, bool) or not isinstance(S, (int, np.integer)) or S < 2:

@@ -11,15 +11,18 @@ deadline and kills whatever is left. Tiny models, 4 steps, the constant learning
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import jax
 import numpy as np
@@ -51,10 +54,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(script: str, args: list[str], num_processes: int, devices: int, logdir: Path,
-           per_process: list[list[str]] | None = None, expect_rc: int = 0) -> list[str]:
-    """Run ``script args`` as ``num_processes`` processes of ``devices`` CPU devices each; the
-    stderr text of each. Fails (after killing them all) on a non-zero exit or the deadline."""
+@contextlib.contextmanager
+def started(script: str, args: list[str], num_processes: int, devices: int, logdir: Path,
+            per_process: list[list[str]] | None = None) -> Iterator[list[subprocess.Popen]]:
+    """``script args`` running as ``num_processes`` processes of ``devices`` CPU devices each
+    (stderr in ``logdir/<script>.<i>.err``); whatever is still running at the end is killed."""
     logdir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
     port = _free_port()
@@ -68,9 +72,7 @@ def launch(script: str, args: list[str], num_processes: int, devices: int, logdi
             own = per_process[i] if per_process else []
             procs.append(subprocess.Popen([sys.executable, script, *args, *own, *extra], cwd=REPO, env=env,
                                           stdout=subprocess.DEVNULL, stderr=err))
-        deadline = time.time() + TIMEOUT_S
-        for p in procs:
-            p.wait(timeout=max(1.0, deadline - time.time()))
+        yield procs
     finally:
         for p in procs:
             if p.poll() is None:
@@ -78,7 +80,24 @@ def launch(script: str, args: list[str], num_processes: int, devices: int, logdi
                 p.wait()
         for f in logs:
             f.close()
-    texts = [(logdir / f"{Path(script).stem}.{i}.err").read_text() for i in range(num_processes)]
+
+
+def wait_all(procs: list[subprocess.Popen], deadline: float) -> None:
+    for p in procs:
+        p.wait(timeout=max(1.0, deadline - time.time()))
+
+
+def stderr_texts(script: str, num_processes: int, logdir: Path) -> list[str]:
+    return [(logdir / f"{Path(script).stem}.{i}.err").read_text() for i in range(num_processes)]
+
+
+def launch(script: str, args: list[str], num_processes: int, devices: int, logdir: Path,
+           per_process: list[list[str]] | None = None, expect_rc: int = 0) -> list[str]:
+    """Run ``script args`` as ``num_processes`` processes of ``devices`` CPU devices each; the
+    stderr text of each. Fails (after killing them all) on another exit status or the deadline."""
+    with started(script, args, num_processes, devices, logdir, per_process) as procs:
+        wait_all(procs, time.time() + TIMEOUT_S)
+    texts = stderr_texts(script, num_processes, logdir)
     for p, text in zip(procs, texts):
         assert p.returncode == expect_rc, text[-3000:]
     return texts
@@ -218,3 +237,26 @@ def test_processes_started_with_different_configs_stop_with_one_line(tmp_path):
                           "different from process 0's: start every process with the same command (only "
                           "--process_id differs)"], text[-2000:]
         assert "Traceback" not in text
+
+
+def test_sigterm_to_one_process_stops_every_process_at_the_same_step(tmp_path):
+    """A scheduler's SIGTERM may reach the processes at different steps: they agree at the next
+    log window, all save that step and exit 128 + 15."""
+    path, overrides = RUNS["masked"]
+    wd = tmp_path / "w"
+    args = ["--config", path, f"--workdir={wd}", *_flags({**overrides, "train.num_steps": 100_000,
+                                                          "train.ckpt_every": 100_000})]
+    with started("train.py", args, 2, 2, tmp_path / "logs") as procs:
+        deadline = time.time() + TIMEOUT_S
+        metrics = wd / "metrics.jsonl"
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 2):  # training is under way
+            assert time.time() < deadline and all(p.poll() is None for p in procs), "training did not start"
+            time.sleep(0.5)
+        procs[1].send_signal(signal.SIGTERM)  # process 1 only
+        wait_all(procs, deadline)
+    texts = stderr_texts("train.py", 2, tmp_path / "logs")
+    assert [p.returncode for p in procs] == [128 + signal.SIGTERM] * 2, [t[-1500:] for t in texts]
+    steps = sorted(int(d.name) for d in (wd / "checkpoints").iterdir() if d.name.isdigit())
+    assert len(steps) == 1 and steps[0] % 2 == 0 and 0 < steps[0] < 100_000, steps  # one step, a window end
+    assert "done at step %d (SIGTERM)" % steps[0] in texts[0], texts[0][-1500:]
+    assert "Traceback" not in texts[0] + texts[1]

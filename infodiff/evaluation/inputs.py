@@ -168,8 +168,8 @@ def _evaluate_counts(config, workdir, t0) -> tuple[dict, str]:
         raise ValueError(f"config.eval.num_samples={ev.num_samples} must be >= 2 and config.eval.batch_size="
                          f"{ev.batch_size} >= 1")
     x = read_counts(path, tuple(task.data.event_shape), int(task.data.max_count))
-    state, meta = training.load_checkpoint(workdir, task)
-    den = task.denoiser(state.ema_params if bool(ev.use_ema) else state.params)
+    params, meta = training.load_params(workdir, task, ema=bool(ev.use_ema))
+    den = task.denoiser(params)
     process = task.estimation_process()
     est = lk.nll(den, task.scaling.scale(x), jax.random.fold_in(jax.random.key(int(ev.seed)), 0), process=process,
                  num_samples=int(ev.num_samples), batch_size=int(ev.batch_size), progress=True)

@@ -79,8 +79,7 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
     task.check_eval_config()
     _check_saved_config(config, workdir)
     x, data_info, subset = task.eval_items()
-    state, meta = training.load_checkpoint(workdir, task)
-    params = state.ema_params if bool(ev.use_ema) else state.params
+    params, meta = training.load_params(workdir, task, ema=bool(ev.use_ema))
     den = task.denoiser(params)
     process = task.estimation_process()
     nll_key, sample_key = task.eval_keys(int(ev.seed))

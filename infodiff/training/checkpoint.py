@@ -66,6 +66,7 @@ __all__ = [
     "save_checkpoint",
     "restore_checkpoint",
     "load_checkpoint",
+    "load_params",
     "load_meta",
     "append_jsonl",
     "read_metrics",
@@ -515,6 +516,19 @@ def load_checkpoint(workdir: str, task: Any, *, step: int | None = None,
         return state_lib.abstract_train_state(task.init_params, state_lib.make_optimizer(task.config), m)
 
     return _read(workdir, step, abstract, config_json_dict(task.config))
+
+
+def load_params(workdir: str, task: Any, *, ema: bool = True, step: int | None = None) -> tuple[Any, dict]:
+    """The evaluation parameters of a run: ``(params, meta)``, ``state.ema_params`` (or
+    ``state.params`` with ``ema=False``) of :func:`load_checkpoint`, whole on every device of
+    every process. The checkpoint is read with the state split over all devices ('fsdp'), so a
+    device holds a whole copy of the parameters but never of the optimizer state. Raises as
+    :func:`load_checkpoint`."""
+    split = state_lib.make_mesh(mesh_config={"data": 1, "fsdp": -1})
+    state, meta = load_checkpoint(workdir, task, step=step, mesh=split)
+    params = state.ema_params if ema else state.params
+    whole = parallel.replicated(state_lib.make_mesh())
+    return jax.device_put(params, jax.tree.map(lambda _: whole, params)), meta
 
 
 def load_meta(workdir: str, step: int | None = None) -> dict:

@@ -52,6 +52,19 @@ def exit_status(interrupted: str) -> int:
 # ---------------------------------------------------------------------------------------------
 # The step
 # ---------------------------------------------------------------------------------------------
+def _gathered(params: Any, mesh: Mesh) -> Any:
+    """``params`` whole on every device inside the step when the mesh splits them over 'fsdp'
+    (one all-gather per step; the gradient is reduce-scattered back to the state's shards).
+    Left to itself XLA's partitioner splits the matmuls along the kernels' fsdp axis instead and
+    then reshards activations ("involuntary full rematerialization"): measured on 8 CPU devices,
+    2 x 128, L 64, B 32, the gather cut the step's temporaries 17.9 -> 10.9 MiB and its time
+    145 -> 105 ms at (4, 2), 251 -> 110 ms at (1, 8), the same loss."""
+    if int(mesh.shape.get("fsdp", 1)) == 1:
+        return params
+    whole = parallel.replicated(mesh)
+    return jax.lax.with_sharding_constraint(params, jax.tree.map(lambda _: whole, params))
+
+
 def make_train_step(task: Any, optimizer: optax.GradientTransformation,
                     mesh: Mesh) -> Callable[[state_lib.TrainState, jax.Array, jax.Array], tuple]:
     """Jitted ``train_step(state, batch, key) -> (new_state, metrics)``.
@@ -80,7 +93,7 @@ def make_train_step(task: Any, optimizer: optax.GradientTransformation,
         optimizer, mesh)
 
     def loss_fn(params, batch, key):
-        return task.loss_fn(params, batch, key, train=True)
+        return task.loss_fn(_gathered(params, mesh), batch, key, train=True)
 
     def step_fn(state: state_lib.TrainState, batch, key):
         (_, loss_B), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, key)
@@ -109,7 +122,7 @@ def make_eval_step(task: Any, mesh: Mesh) -> Callable[[Any, jax.Array, jax.Array
     params_sharding = jax.tree.map(lambda s: NamedSharding(mesh, s), specs, is_leaf=lambda s: isinstance(s, P))
 
     def eval_fn(params, batch, key):
-        return task.metrics(task.loss_fn(params, batch, key, train=False)[1])
+        return task.metrics(task.loss_fn(_gathered(params, mesh), batch, key, train=False)[1])
 
     return jax.jit(eval_fn, in_shardings=(params_sharding, parallel.batch_sharding(mesh), repl),
                    out_shardings=repl)
@@ -273,8 +286,9 @@ def train(task: Any, workdir: str, *, stop_at_step: int | None = None, mesh: Mes
     ``train.eval_every`` steps and at the end: validation on ``task.valid_batches()`` with the
     EMA parameters and fixed keys (``split: "valid"``). Checkpoints every ``train.ckpt_every``
     steps and at the end (async, ``train.keep_checkpoints`` kept). SIGINT / SIGTERM: save a
-    checkpoint at the current step and return (``interrupted`` set); a second SIGINT raises
-    KeyboardInterrupt (a checkpoint is still saved). A run that ends inside the learning-rate
+    checkpoint at the current step and return (``interrupted`` set; in a multi-process run a
+    signal to any process stops every process at the next multiple of ``train.log_every``); a
+    second SIGINT raises KeyboardInterrupt (a checkpoint is still saved). A run that ends inside the learning-rate
     warmup (``0 < train.num_steps <= optim.warmup_steps``) logs one warning at the start
     (:func:`state.warmup_warning`).
 
@@ -412,12 +426,21 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
     # lines carry items/s and ETA too).
     pbar = tqdm.tqdm(total=num_steps, initial=start_step, desc="train", unit="step",
                      dynamic_ncols=True, mininterval=1.0, smoothing=0.1, disable=None if primary else True)
+    several = jax.process_count() > 1
+
+    def stop_signal(step: int) -> str | None:
+        # One process stops at the step its signal arrives; several agree every log window (each
+        # must save the same step), so a signal to any of them stops all at the next boundary.
+        if not several:
+            return stop.name
+        return parallel.agreed_signal(stop.signum) if step % log_every == 0 else None
+
     try:
         with _StopFlag() as stop:
             try:
                 while step < end_step:
-                    if stop.signum is not None:
-                        interrupted = stop.name
+                    interrupted = stop_signal(step)
+                    if interrupted is not None:
                         break
                     # ---- step ----
                     batch = parallel.global_batch(task.train_batch(step, my_rows), batch_sharding, batch_shape)
@@ -438,8 +461,8 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
                     # ---- checkpoint ----
                     if step % int(tr.ckpt_every) == 0 or step == end_step:
                         ckpt.save_checkpoint(mngr, state, meta)
-                if stop.signum is not None and interrupted is None:
-                    interrupted = stop.name
+                if interrupted is None:  # a signal during the last window (agreed by all processes)
+                    interrupted = parallel.agreed_signal(stop.signum) if several else stop.name
                 if interrupted is not None and window.steps:
                     last_train = log_window(step)  # the steps since the last record: partial
             except KeyboardInterrupt:  # ---- signals: a second Ctrl-C ----
