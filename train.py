@@ -35,7 +35,8 @@ from infodiff import cli  # noqa: E402  (imports nothing heavy)
 _DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "masked_text.py")
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", _DEFAULT_CONFIG, "Training config file (a get_config() module).", lock_config=True
+    "config", None, "Training config file (a get_config() module; default configs/masked_text.py).",
+    lock_config=True
 )
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Output directory for checkpoints, config.json and metrics.jsonl (required)."

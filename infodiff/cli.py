@@ -240,9 +240,14 @@ def run(main: Callable, default_config: str | None = None) -> None:
     for errors raised while the flags are parsed (a misspelt ``--config.*`` key, a bad flag
     value, a config file that raises): one line, exit status 1. ``--help`` (any of
     :data:`HELP_FLAGS`) prints :func:`help_text` and exits 0. ``--debug``: tracebacks and
-    absl's log prefixes (both off by default)."""
+    absl's log prefixes (both off by default). ``default_config``: the config file used when
+    the command line names none (passed as ``--config=...`` so that its overrides are parsed
+    here, not when the flag is defined; define the config flag without a default)."""
     from absl import app
     from absl import logging as absl_logging
+
+    if default_config and _config_arg(sys.argv) is None:
+        sys.argv.insert(1, f"--config={default_config}")
 
     if not _debug_flag():
         absl_logging.get_absl_handler().setFormatter(_PlainFormatter())

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
 import os
 import re
 import signal
@@ -161,8 +162,6 @@ def check_same(text: str, what: str) -> None:
     is the same in every process; nothing in a single process."""
     if jax.process_count() == 1:
         return
-    import hashlib
-
     mine = np.frombuffer(hashlib.sha256(text.encode()).digest(), np.uint8)
     every = np.asarray(multihost_utils.process_allgather(mine)).reshape(jax.process_count(), -1)
     differ = [i for i in range(len(every)) if not np.array_equal(every[i], every[0])]
@@ -307,15 +306,11 @@ def describe(mesh, params: Any) -> str:
 def process_rows(sharding, global_shape: tuple) -> slice:
     """The rows of a global batch that this process's devices hold under ``sharding`` (split
     along the leading axis): one contiguous slice."""
-    starts, stops = [], []
-    for idx in sharding.addressable_devices_indices_map(tuple(global_shape)).values():
-        rows = idx[0] if idx else slice(None)
-        starts.append(rows.start or 0)
-        stops.append(global_shape[0] if rows.stop is None else rows.stop)
-    lo, hi = min(starts), max(stops)
-    covered = sorted(set(zip(starts, stops)))
-    if sum(b - a for a, b in covered) != hi - lo and len(covered) > 1:
-        raise DistributedError(f"this process's devices do not hold one contiguous block of rows ({covered})")
+    blocks = sorted({(i[0].start or 0, global_shape[0] if i[0].stop is None else i[0].stop)
+                     for i in sharding.addressable_devices_indices_map(tuple(global_shape)).values()})
+    if any(b0 != a1 for (_, a1), (b0, _) in zip(blocks, blocks[1:])):
+        raise DistributedError(f"this process's devices do not hold one contiguous block of rows ({blocks})")
+    lo, hi = blocks[0][0], blocks[-1][1]
     return slice(lo, hi)
 
 

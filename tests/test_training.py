@@ -406,6 +406,12 @@ def test_cli_trains_and_writes_outputs(tmp_path, compilation_cache):
     typo = subprocess.run(cmd[:4] + ["--config.optim.lrr=1"], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=120)
     assert typo.returncode != 0 and "lrr" in typo.stderr
+    # without --config (the default config file): a misspelt key is one line too, no traceback
+    typo = subprocess.run([sys.executable, "train.py", f"--workdir={wd}", "--config.train.mesh.fsdpp=2"], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert typo.returncode == 1 and "Traceback" not in typo.stderr, typo.stderr[-2000:]
+    assert typo.stderr.strip().splitlines() == ["error: unknown config key --config.train.mesh.fsdpp ('fsdpp' is "
+                                                "not in the config); did you mean 'fsdp'?"], typo.stderr
     nowd = subprocess.run([sys.executable, "train.py"], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=120)
     assert nowd.returncode != 0 and "workdir" in nowd.stderr

@@ -88,9 +88,8 @@ def make_train_step(task: Any, optimizer: optax.GradientTransformation,
     schedule = state_lib.make_lr_schedule(config)
     decay = float(config.optim.ema_decay)
     repl, batch_sharding = parallel.replicated(mesh), parallel.batch_sharding(mesh)
-    state_sharding = parallel.state_shardings(
-        jax.eval_shape(lambda k: state_lib.init_train_state(task.init_params, optimizer, k), jax.random.key(0)),
-        optimizer, mesh)
+    state_sharding = jax.tree.map(lambda x: x.sharding,
+                                  state_lib.abstract_train_state(task.init_params, optimizer, mesh))
 
     def loss_fn(params, batch, key):
         return task.loss_fn(_gathered(params, mesh), batch, key, train=True)
