@@ -18,6 +18,12 @@ Architecture (pre-LN, non-causal):
   function and parameters as the token-major layout first written
   (benchmarks/plain_transformer.py; tests/test_transformer.py compares them),
   fewer layout copies;
+* the dense layers run on token-flattened ``[B*L, D]`` activations, with the
+  gradients of LayerNorm (:func:`layer_norm`) and of the matmuls (:func:`linear`)
+  written out: the same function and parameters as ``nn.LayerNorm`` / ``nn.Dense``,
+  a faster backward on XLA:CPU (no broadcast LayerNorm scales materialised, the
+  kernel gradient computed in the orientation the matmul library runs fastest;
+  benchmarks/train_throughput.py, RESULTS.md);
 * ``attention='dot_product'`` computes the same attention with
   ``jax.nn.dot_product_attention`` (token-major ``[B, L, H, K]``, its layout; same
   parameters; tests/test_transformer.py compares it with the einsum path);
@@ -59,10 +65,13 @@ from typing import Any, Optional
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 __all__ = [
     "Transformer",
     "apply_rope",
+    "layer_norm",
+    "linear",
     "timestep_embedding",
     "count_params",
     "flops_per_token",
@@ -109,7 +118,8 @@ def apply_rope(x_BxLxHxK: jax.Array, positions_L: jax.Array,
         dims), or ``[..., H, L, K]`` (head-major) with ``seq_axis=-2``; ``K``
         even, any float dtype.
       positions_L: positions of the ``L`` entries, shape ``[L]``, integer or
-        float (units: token index).
+        float (units: token index); a numpy array makes the sin/cos tables
+        trace-time constants.
       base: wavelength base (10000 as in RoPE / RADD).
       seq_axis: the axis of ``L``: -3 (token-major) or -2 (head-major).
 
@@ -131,10 +141,13 @@ def apply_rope(x_BxLxHxK: jax.Array, positions_L: jax.Array,
             f"positions shape {positions_L.shape} does not match x shape "
             f"{x_BxLxHxK.shape} (expected [..., L, H, K] or [..., H, L, K] and [L])")
     half = K // 2
-    inv_freq_K2 = base ** (-jnp.arange(half, dtype=jnp.float32) * 2.0 / K)
-    theta_LxK2 = positions_L.astype(jnp.float32)[:, None] * inv_freq_K2[None, :]
-    theta_LxK = jnp.concatenate([theta_LxK2, theta_LxK2], axis=-1)
-    cos_LxK, sin_LxK = jnp.cos(theta_LxK), jnp.sin(theta_LxK)
+    # Positions given as a numpy array (the transformer's own arange) give constant tables,
+    # computed once at trace time instead of in every layer of every call.
+    xp = np if isinstance(positions_L, np.ndarray) else jnp
+    inv_freq_K2 = base ** (-xp.arange(half, dtype=xp.float32) * 2.0 / K)
+    theta_LxK2 = positions_L.astype(xp.float32)[:, None] * inv_freq_K2[None, :]
+    theta_LxK = xp.concatenate([theta_LxK2, theta_LxK2], axis=-1)
+    cos_LxK, sin_LxK = xp.cos(theta_LxK).astype(np.float32), xp.sin(theta_LxK).astype(np.float32)
     if seq_axis == -3:
         cos_LxK, sin_LxK = cos_LxK[:, None, :], sin_LxK[:, None, :]
     x = x_BxLxHxK.astype(jnp.float32)
@@ -163,6 +176,70 @@ def timestep_embedding(t_B: jax.Array, dim: int = _TIME_FREQ_DIM,
     return jnp.concatenate([jnp.cos(args_BxH), jnp.sin(args_BxH)], axis=-1)
 
 
+@jax.custom_vjp
+def layer_norm(x_NxD: jax.Array, scale_D: jax.Array, bias_D: jax.Array) -> jax.Array:
+    """LayerNorm over the last axis, ``(x - mean) / sqrt(var + 1e-5) * scale + bias``
+    (Ba et al. 2016, arXiv:1607.06450; the function of ``flax.linen.LayerNorm`` with
+    epsilon 1e-5), with its gradient written out (:func:`_layer_norm_bwd`) so that XLA:CPU
+    does not materialise ``scale`` broadcast to ``x``'s shape for the backward pass.
+
+    Args: ``x_NxD`` float32 ``[..., D]`` (any leading axes); ``scale_D``, ``bias_D`` float32
+    ``[D]``. Returns float32, the shape of ``x_NxD``. The variance is the two-pass
+    ``mean((x - mean)^2)``."""
+    return _layer_norm_fwd(x_NxD, scale_D, bias_D)[0]
+
+
+def _layer_norm_fwd(x_NxD, scale_D, bias_D):
+    mean_Nx1 = x_NxD.mean(-1, keepdims=True)
+    xc_NxD = x_NxD - mean_Nx1
+    rstd_Nx1 = jax.lax.rsqrt((xc_NxD * xc_NxD).mean(-1, keepdims=True) + _LN_EPS)
+    xhat_NxD = xc_NxD * rstd_Nx1
+    return xhat_NxD * scale_D + bias_D, (xhat_NxD, rstd_Nx1, scale_D)
+
+
+def _layer_norm_bwd(residuals, g_NxD):
+    """dx = rstd * (g' - mean(g') - xhat * mean(g' xhat)), g' = g * scale;
+    dscale = sum(g * xhat), dbias = sum(g) over the leading axes."""
+    xhat_NxD, rstd_Nx1, scale_D = residuals
+    leading = tuple(range(g_NxD.ndim - 1))
+    gs_NxD = g_NxD * scale_D
+    dx_NxD = rstd_Nx1 * (gs_NxD - gs_NxD.mean(-1, keepdims=True)
+                         - xhat_NxD * (gs_NxD * xhat_NxD).mean(-1, keepdims=True))
+    return dx_NxD, (g_NxD * xhat_NxD).sum(leading), g_NxD.sum(leading)
+
+
+layer_norm.defvjp(_layer_norm_fwd, _layer_norm_bwd)
+
+
+@jax.custom_vjp
+def linear(x_NxI: jax.Array, w_IxO: jax.Array) -> jax.Array:
+    """``x @ w`` for token-flattened activations ``x_NxI`` ``[N, I]`` and a kernel ``w_IxO``
+    ``[I, O]`` (same dtype; result ``[N, O]`` in it), with the gradient written out: the
+    kernel's gradient ``x^T g`` is computed as ``(g^T x)^T`` when ``I > O``, an
+    ``[O, I]`` product transposed (behind ``lax.optimization_barrier``, which keeps XLA from
+    folding the transpose back). XLA:CPU's matmul runs ``x^T g`` about 2x faster with the
+    smaller output dimension first ([4096, 512]^T [4096, 128]: 53 vs 98 GFLOP/s on one
+    core); the values are the same products summed in the same order of ``N``."""
+    return x_NxI @ w_IxO
+
+
+def _linear_fwd(x_NxI, w_IxO):
+    return x_NxI @ w_IxO, (x_NxI, w_IxO)
+
+
+def _linear_bwd(residuals, g_NxO):
+    x_NxI, w_IxO = residuals
+    I, O = w_IxO.shape
+    if I > O:
+        dw_IxO = jax.lax.optimization_barrier(g_NxO.T @ x_NxI).T
+    else:
+        dw_IxO = x_NxI.T @ g_NxO
+    return g_NxO @ w_IxO.T, dw_IxO
+
+
+linear.defvjp(_linear_fwd, _linear_bwd)
+
+
 # --------------------------------------------------------------------------
 # Modules
 # --------------------------------------------------------------------------
@@ -180,8 +257,7 @@ class _Norm(nn.Module):
     @nn.compact
     def __call__(self, x_BxLxD: jax.Array, c_BxC: Optional[jax.Array]) -> jax.Array:
         D = x_BxLxD.shape[-1]
-        y_BxLxD = nn.LayerNorm(epsilon=_LN_EPS, dtype=jnp.float32, name="ln")(
-            x_BxLxD.astype(jnp.float32))
+        y_BxLxD = _LayerNorm(name="ln")(x_BxLxD.astype(jnp.float32))
         if c_BxC is None:
             return y_BxLxD
         mod_Bx2D = nn.Dense(2 * D, dtype=jnp.float32, kernel_init=nn.initializers.zeros,
@@ -190,10 +266,39 @@ class _Norm(nn.Module):
         return y_BxLxD * (1.0 + scale_BxD[:, None, :]) + shift_BxD[:, None, :]
 
 
+class _LayerNorm(nn.Module):
+    """:func:`layer_norm` with the parameters of ``nn.LayerNorm`` (``scale`` ones, ``bias``
+    zeros, float32 ``[D]``), so checkpoints and initial values are those of that layer."""
+
+    @nn.compact
+    def __call__(self, x_NxD: jax.Array) -> jax.Array:
+        D = x_NxD.shape[-1]
+        scale_D = self.param("scale", nn.initializers.ones, (D,), jnp.float32)
+        bias_D = self.param("bias", nn.initializers.zeros, (D,), jnp.float32)
+        return layer_norm(x_NxD, scale_D, bias_D)
+
+
+class _Dense(nn.Module):
+    """:func:`linear` plus bias on ``[N, I]`` activations, with the parameters of
+    ``nn.Dense(features)`` (``kernel`` ``[I, O]`` lecun-normal, or zeros with ``zero_init``;
+    ``bias`` zeros; float32), computed in ``dtype`` (the bias added in it, as ``nn.Dense``)."""
+
+    features: int
+    dtype: Any
+    zero_init: bool = False
+
+    @nn.compact
+    def __call__(self, x_NxI: jax.Array) -> jax.Array:
+        init = nn.initializers.zeros if self.zero_init else nn.initializers.lecun_normal()
+        kernel_IxO = self.param("kernel", init, (x_NxI.shape[-1], self.features), jnp.float32)
+        bias_O = self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32)
+        return linear(x_NxI.astype(self.dtype), kernel_IxO.astype(self.dtype)) + bias_O.astype(self.dtype)
+
+
 class _Kernel(nn.Module):
     """A bias-free ``Dense`` kernel ``[in, out]`` as a parameter (same name, shape and
     initialiser as ``nn.Dense(out, use_bias=False)``, so checkpoints and initial values are
-    those of a Dense layer), applied by the caller's einsum in whatever layout suits it."""
+    those of a Dense layer), applied by the caller (:func:`linear`)."""
 
     shape: tuple
 
@@ -203,12 +308,13 @@ class _Kernel(nn.Module):
 
 
 def _attend_dense(q_BxHxQxK: jax.Array, k_BxHxLxK: jax.Array, v_BxHxLxK: jax.Array,
-                  dtype: Any) -> jax.Array:
+                  dtype: Any, token_major_out: bool = False) -> jax.Array:
     K = q_BxHxQxK.shape[-1]
     scores_BxHxQxL = jnp.einsum("bhqk,bhsk->bhqs", q_BxHxQxK, k_BxHxLxK,
                                 preferred_element_type=jnp.float32) / math.sqrt(K)
     attn_BxHxQxL = jax.nn.softmax(scores_BxHxQxL, axis=-1)
-    return jnp.einsum("bhqs,bhsk->bhqk", attn_BxHxQxL.astype(dtype), v_BxHxLxK)
+    out = "bqhk" if token_major_out else "bhqk"
+    return jnp.einsum(f"bhqs,bhsk->{out}", attn_BxHxQxL.astype(dtype), v_BxHxLxK)
 
 
 # Query blocks of large attention: when a layer's float32 scores [B, H, L, L] would take at least
@@ -223,20 +329,22 @@ ATTENTION_BLOCK_MIN_BYTES = 64 << 20
 
 
 def _attend(q_BxHxLxK: jax.Array, k_BxHxLxK: jax.Array, v_BxHxLxK: jax.Array,
-            dtype: Any, query_block: int | None = None) -> jax.Array:
-    """softmax(q k^T / sqrt(K)) v, head-major; scores and softmax in float32. Large attention
-    (scores of at least ATTENTION_BLOCK_MIN_BYTES, L a multiple of ``query_block`` and longer)
-    runs by query blocks, rematerialised."""
+            dtype: Any, query_block: int | None = None, token_major_out: bool = False) -> jax.Array:
+    """softmax(q k^T / sqrt(K)) v from head-major q, k, v; scores and softmax in float32.
+    Returns ``[B, H, L, K]``, or ``[B, L, H, K]`` with ``token_major_out`` (the layout the
+    out-projection reads). Large attention (scores of at least ATTENTION_BLOCK_MIN_BYTES, L a
+    multiple of ``query_block`` and longer) runs by query blocks, rematerialised."""
     B, H, L, K = q_BxHxLxK.shape
     query_block = ATTENTION_QUERY_BLOCK if query_block is None else query_block
     if (not query_block or L <= query_block or L % query_block
             or 4 * B * H * L * L < ATTENTION_BLOCK_MIN_BYTES):
-        return _attend_dense(q_BxHxLxK, k_BxHxLxK, v_BxHxLxK, dtype)
+        return _attend_dense(q_BxHxLxK, k_BxHxLxK, v_BxHxLxK, dtype, token_major_out)
     n = L // query_block
     q_NxBxHxCxK = jnp.moveaxis(q_BxHxLxK.reshape(B, H, n, query_block, K), 2, 0)
     block = jax.checkpoint(lambda q: _attend_dense(q, k_BxHxLxK, v_BxHxLxK, dtype))
     o_NxBxHxCxK = jax.lax.map(block, q_NxBxHxCxK)
-    return jnp.moveaxis(o_NxBxHxCxK, 0, 2).reshape(B, H, L, K)
+    o_BxHxLxK = jnp.moveaxis(o_NxBxHxCxK, 0, 2).reshape(B, H, L, K)
+    return jnp.swapaxes(o_BxHxLxK, 1, 2) if token_major_out else o_BxHxLxK
 
 
 def _attend_dot_product(q_BxLxHxK: jax.Array, k_BxLxHxK: jax.Array, v_BxLxHxK: jax.Array) -> jax.Array:
@@ -262,35 +370,35 @@ class _Block(nn.Module):
         H = self.num_heads
         K = D // H
 
-        # --- attention: head-major [B, H, L, K] straight from the qkv kernel (einsum), or
-        # token-major [B, L, H, K] (dot_product, the layout jax.nn.dot_product_attention takes) ---
-        h_BxLxD = _Norm(name="norm_attn")(x_BxLxD, c_BxC)
-        qkv_Dx3xHxK = _Kernel((D, 3 * D), name="qkv")().reshape(D, 3, H, K).astype(self.dtype)
-        out_HxKxD = _Kernel((D, D), name="attn_out")().reshape(H, K, D).astype(self.dtype)
-        pos_L = jnp.arange(L)
+        # --- attention: one [B*L, 3D] projection (linear), read head-major [B, H, L, K]
+        # (einsum) or token-major [B, L, H, K] (dot_product, jax.nn.dot_product_attention's
+        # layout) ---
+        N = B * L
+        h_NxD = _Norm(name="norm_attn")(x_BxLxD, c_BxC).reshape(N, D)
+        qkv_Dx3D = _Kernel((D, 3 * D), name="qkv")().astype(self.dtype)
+        out_DxD = _Kernel((D, D), name="attn_out")().astype(self.dtype)
+        qkv_BxLx3xHxK = linear(h_NxD.astype(self.dtype), qkv_Dx3D).reshape(B, L, 3, H, K)
+        pos_L = np.arange(L)  # numpy: RoPE's tables are trace-time constants
         if self.attention == "dot_product":
-            q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = (
-                jnp.einsum("bld,dhk->blhk", h_BxLxD.astype(self.dtype), qkv_Dx3xHxK[:, i]) for i in range(3))
+            q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = (qkv_BxLx3xHxK[:, :, i] for i in range(3))
             q_BxLxHxK = apply_rope(q_BxLxHxK, pos_L, seq_axis=-3)
             k_BxLxHxK = apply_rope(k_BxLxHxK, pos_L, seq_axis=-3)
             o_BxLxHxK = _attend_dot_product(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK)
-            o_BxLxD = jnp.einsum("blhk,hkd->bld", o_BxLxHxK.astype(self.dtype), out_HxKxD)
         else:
-            q_BxHxLxK, k_BxHxLxK, v_BxHxLxK = (
-                jnp.einsum("bld,dhk->bhlk", h_BxLxD.astype(self.dtype), qkv_Dx3xHxK[:, i]) for i in range(3))
+            q_BxHxLxK, k_BxHxLxK, v_BxHxLxK = jnp.transpose(qkv_BxLx3xHxK, (2, 0, 3, 1, 4))
             q_BxHxLxK = apply_rope(q_BxHxLxK, pos_L, seq_axis=-2)
             k_BxHxLxK = apply_rope(k_BxHxLxK, pos_L, seq_axis=-2)
-            o_BxHxLxK = _attend(q_BxHxLxK, k_BxHxLxK, v_BxHxLxK, self.dtype)
-            o_BxLxD = jnp.einsum("bhlk,hkd->bld", o_BxHxLxK.astype(self.dtype), out_HxKxD)
+            o_BxLxHxK = _attend(q_BxHxLxK, k_BxHxLxK, v_BxHxLxK, self.dtype, token_major_out=True)
+        o_BxLxD = linear(o_BxLxHxK.astype(self.dtype).reshape(N, D), out_DxD).reshape(B, L, D)
         if self.dropout > 0.0:
             o_BxLxD = nn.Dropout(self.dropout, name="drop_attn")(o_BxLxD, deterministic=not train)
         x_BxLxD = x_BxLxD + o_BxLxD.astype(jnp.float32)
 
         # --- MLP ---
-        h_BxLxD = _Norm(name="norm_mlp")(x_BxLxD, c_BxC)
-        h_BxLxF = nn.Dense(self.mlp_ratio * D, dtype=self.dtype, name="mlp_in")(h_BxLxD)
-        h_BxLxF = nn.gelu(h_BxLxF, approximate=True)
-        h_BxLxD = nn.Dense(D, dtype=self.dtype, name="mlp_out")(h_BxLxF)
+        h_NxD = _Norm(name="norm_mlp")(x_BxLxD, c_BxC).reshape(N, D)
+        h_NxF = _Dense(self.mlp_ratio * D, dtype=self.dtype, name="mlp_in")(h_NxD)
+        h_NxF = nn.gelu(h_NxF, approximate=True)
+        h_BxLxD = _Dense(D, dtype=self.dtype, name="mlp_out")(h_NxF).reshape(B, L, D)
         if self.dropout > 0.0:
             h_BxLxD = nn.Dropout(self.dropout, name="drop_mlp")(h_BxLxD, deterministic=not train)
         return x_BxLxD + h_BxLxD.astype(jnp.float32)
@@ -422,10 +530,10 @@ class Transformer(nn.Module):
             x_BxLxD = _Block(num_heads=self.num_heads, mlp_ratio=self.mlp_ratio,
                              dropout=self.dropout, dtype=self.dtype, attention=self.attention,
                              name=f"block_{i}")(x_BxLxD, c_BxD, train)
-        h_BxLxD = _Norm(name="norm_final")(x_BxLxD, c_BxD)
-        logits_BxLxV = nn.Dense(self.vocab_size, dtype=self.dtype,
-                                kernel_init=nn.initializers.zeros,
-                                bias_init=nn.initializers.zeros, name="head")(h_BxLxD)
+        L = z_BxL.shape[1]
+        h_NxD = _Norm(name="norm_final")(x_BxLxD, c_BxD).reshape(B * L, D)
+        logits_BxLxV = _Dense(self.vocab_size, dtype=self.dtype, zero_init=True,
+                              name="head")(h_NxD).reshape(B, L, self.vocab_size)
         if self.output == "logits":
             return logits_BxLxV.astype(jnp.float32)
         if self.output != "log_softmax":
