@@ -218,8 +218,9 @@ def linear(x_NxI: jax.Array, w_IxO: jax.Array) -> jax.Array:
     kernel's gradient ``x^T g`` is computed as ``(g^T x)^T`` when ``I > O``, an
     ``[O, I]`` product transposed (behind ``lax.optimization_barrier``, which keeps XLA from
     folding the transpose back). XLA:CPU's matmul runs ``x^T g`` about 2x faster with the
-    smaller output dimension first ([4096, 512]^T [4096, 128]: 53 vs 98 GFLOP/s on one
-    core); the values are the same products summed in the same order of ``N``."""
+    smaller output dimension first ([4096, 512]^T [4096, 128]: 51 vs 89 GFLOP/s on one
+    core, ``python benchmarks/kernel_gradient_orientation.py``); the values are the same
+    products summed over ``N``."""
     return x_NxI @ w_IxO
 
 
@@ -279,32 +280,24 @@ class _LayerNorm(nn.Module):
 
 
 class _Dense(nn.Module):
-    """:func:`linear` plus bias on ``[N, I]`` activations, with the parameters of
-    ``nn.Dense(features)`` (``kernel`` ``[I, O]`` lecun-normal, or zeros with ``zero_init``;
-    ``bias`` zeros; float32), computed in ``dtype`` (the bias added in it, as ``nn.Dense``)."""
+    """:func:`linear` (plus bias unless ``use_bias=False``) on ``[N, I]`` activations, with the
+    parameters of ``nn.Dense(features, use_bias=...)`` (``kernel`` ``[I, O]`` lecun-normal, or
+    zeros with ``zero_init``; ``bias`` zeros; float32), so checkpoints and initial values are
+    those of that layer; computed in ``dtype`` (the bias added in it, as ``nn.Dense``)."""
 
     features: int
     dtype: Any
     zero_init: bool = False
+    use_bias: bool = True
 
     @nn.compact
     def __call__(self, x_NxI: jax.Array) -> jax.Array:
         init = nn.initializers.zeros if self.zero_init else nn.initializers.lecun_normal()
         kernel_IxO = self.param("kernel", init, (x_NxI.shape[-1], self.features), jnp.float32)
-        bias_O = self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32)
-        return linear(x_NxI.astype(self.dtype), kernel_IxO.astype(self.dtype)) + bias_O.astype(self.dtype)
-
-
-class _Kernel(nn.Module):
-    """A bias-free ``Dense`` kernel ``[in, out]`` as a parameter (same name, shape and
-    initialiser as ``nn.Dense(out, use_bias=False)``, so checkpoints and initial values are
-    those of a Dense layer), applied by the caller (:func:`linear`)."""
-
-    shape: tuple
-
-    @nn.compact
-    def __call__(self) -> jax.Array:
-        return self.param("kernel", nn.initializers.lecun_normal(), self.shape, jnp.float32)
+        y_NxO = linear(x_NxI.astype(self.dtype), kernel_IxO.astype(self.dtype))
+        if not self.use_bias:
+            return y_NxO
+        return y_NxO + self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32).astype(self.dtype)
 
 
 def _attend_dense(q_BxHxQxK: jax.Array, k_BxHxLxK: jax.Array, v_BxHxLxK: jax.Array,
@@ -375,9 +368,7 @@ class _Block(nn.Module):
         # layout) ---
         N = B * L
         h_NxD = _Norm(name="norm_attn")(x_BxLxD, c_BxC).reshape(N, D)
-        qkv_Dx3D = _Kernel((D, 3 * D), name="qkv")().astype(self.dtype)
-        out_DxD = _Kernel((D, D), name="attn_out")().astype(self.dtype)
-        qkv_BxLx3xHxK = linear(h_NxD.astype(self.dtype), qkv_Dx3D).reshape(B, L, 3, H, K)
+        qkv_BxLx3xHxK = _Dense(3 * D, dtype=self.dtype, use_bias=False, name="qkv")(h_NxD).reshape(B, L, 3, H, K)
         pos_L = np.arange(L)  # numpy: RoPE's tables are trace-time constants
         if self.attention == "dot_product":
             q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = (qkv_BxLx3xHxK[:, :, i] for i in range(3))
@@ -389,7 +380,8 @@ class _Block(nn.Module):
             q_BxHxLxK = apply_rope(q_BxHxLxK, pos_L, seq_axis=-2)
             k_BxHxLxK = apply_rope(k_BxHxLxK, pos_L, seq_axis=-2)
             o_BxLxHxK = _attend(q_BxHxLxK, k_BxHxLxK, v_BxHxLxK, self.dtype, token_major_out=True)
-        o_BxLxD = linear(o_BxLxHxK.astype(self.dtype).reshape(N, D), out_DxD).reshape(B, L, D)
+        o_BxLxD = _Dense(D, dtype=self.dtype, use_bias=False, name="attn_out")(
+            o_BxLxHxK.reshape(N, D)).reshape(B, L, D)
         if self.dropout > 0.0:
             o_BxLxD = nn.Dropout(self.dropout, name="drop_attn")(o_BxLxD, deterministic=not train)
         x_BxLxD = x_BxLxD + o_BxLxD.astype(jnp.float32)
