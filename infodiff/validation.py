@@ -145,6 +145,7 @@ def check_normalised(apply_fn, params, x_BxL, target_BxL, vocab_size: int, rows:
     Raises ValueError naming the worst position and its logsumexp (a denoiser returning logits,
     or log-probabilities shifted by a constant, would give silently wrong likelihoods). Outputs
     of another shape, or non-finite ones, are left to the driver's own checks."""
+    import jax
     import jax.numpy as jnp
 
     x = np.asarray(x_BxL)[:rows]
@@ -152,7 +153,10 @@ def check_normalised(apply_fn, params, x_BxL, target_BxL, vocab_size: int, rows:
     if x.size == 0 or not tgt.any():
         return
     z = np.where(tgt, vocab_size, x).astype(np.int32)
-    out = np.asarray(apply_fn(params, jnp.asarray(z), jnp.ones((x.shape[0],), jnp.float32)), np.float64)
+    # jitted: one compilation, not one per primitive of an eager call (45 for the default
+    # transformer, 1.5 s more on one CPU core)
+    out = jax.jit(apply_fn)(params, jnp.asarray(z), jnp.ones((x.shape[0],), jnp.float32))
+    out = np.asarray(out, np.float64)
     if out.shape != x.shape + (vocab_size,):
         return
     m = out.max(-1, keepdims=True)

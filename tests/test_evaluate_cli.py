@@ -173,3 +173,48 @@ def test_sigint_in_evaluate_says_what_was_lost(tmp_path):
     assert err.strip().splitlines()[-1].startswith("interrupted (SIGINT): the work in progress is lost"), err[-2000:]
     assert "Traceback" not in err
     assert not (tmp_path / "report.json").exists()
+
+
+def test_compilation_cache_directory_and_its_switches(monkeypatch, tmp_path, capsys):
+    from infodiff import cli
+
+    for var in ("JAX_COMPILATION_CACHE_DIR", "INFODIFF_COMPILATION_CACHE", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert cli.compilation_cache_dir() == str(tmp_path / ".cache" / "infodiff" / "xla")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cli.compilation_cache_dir() == str(tmp_path / "xdg" / "infodiff" / "xla")
+    monkeypatch.setenv("INFODIFF_COMPILATION_CACHE", str(tmp_path / "mine"))
+    assert cli.compilation_cache_dir() == str(tmp_path / "mine")
+    for off in ("off", "0", "False", " none "):
+        monkeypatch.setenv("INFODIFF_COMPILATION_CACHE", off)
+        assert cli.compilation_cache_dir() is None
+        assert cli.use_compilation_cache() is None
+    assert not (tmp_path / "xdg").exists()  # off: nothing created
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("INFODIFF_COMPILATION_CACHE", str(tmp_path / "file" / "xla"))
+    assert cli.use_compilation_cache() is None  # not creatable: a warning, the run goes on
+    assert "warning: no compilation cache" in capsys.readouterr().err
+    monkeypatch.setenv("INFODIFF_COMPILATION_CACHE", str(tmp_path / "mine"))
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "jax"))  # JAX's own setting wins
+    assert cli.compilation_cache_dir() is None
+
+
+def test_a_rerun_from_the_compilation_cache_gives_the_same_numbers(tmp_path):
+    cache = tmp_path / "xla"
+    args = ["--config", "configs/oracle_markov.py", "--config.data.order=2", "--config.eval.num_sequences=3",
+            "--config.eval.num_samples=16", "--config.eval.estimators=k_dce,stratified"]
+    env = dict(os.environ, JAX_PLATFORMS="cpu", INFODIFF_COMPILATION_CACHE=str(cache),
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")  # cache every program, however quick
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    reports = []
+    for run in ("first", "second"):
+        out = tmp_path / run
+        r = subprocess.run([sys.executable, "evaluate.py", *args, f"--config.eval.output_dir={out}"], cwd=REPO,
+                           env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        if run == "first":
+            entries = sorted(p.name for p in cache.iterdir())
+            assert any(name.startswith("jit__chunk_values") for name in entries), entries
+        reports.append(json.loads((out / "report.json").read_text())["results"])
+    assert reports[0] == reports[1]
