@@ -20,7 +20,7 @@ import re
 import sys
 from typing import Callable
 
-__all__ = ["define_distributed_flags", "start_distributed", "compilation_cache_dir", "use_compilation_cache", "EXIT_ERROR", "EXIT_INTERRUPTED", "INTERRUPTED", "user_error_types", "one_line", "exit_on_user_error", "run", "config_flag_error",
+__all__ = ["define_distributed_flags", "start_distributed", "compilation_cache_dir", "remove_damaged_cache_entries", "use_compilation_cache", "EXIT_ERROR", "EXIT_INTERRUPTED", "INTERRUPTED", "user_error_types", "one_line", "exit_on_user_error", "run", "config_flag_error",
            "help_text", "HELP_FLAGS"]
 
 EXIT_ERROR = 1
@@ -56,43 +56,92 @@ def start_distributed() -> bool:
 
 COMPILATION_CACHE_ENV = "INFODIFF_COMPILATION_CACHE"
 _CACHE_OFF = ("0", "off", "no", "false", "none")
+_CACHE_ON = ("", "1", "on", "yes", "true")  # the default directory
+MIN_COMPILE_TIME_S = 0.1  # programs that compiled faster are not kept
 
 
 def compilation_cache_dir() -> str | None:
     """The directory in which the entry points keep compiled XLA programs between runs (JAX's
     persistent compilation cache): ``$INFODIFF_COMPILATION_CACHE``, by default
-    ``$XDG_CACHE_HOME/infodiff/xla`` (``~/.cache/infodiff/xla``); None when that variable is
-    ``off`` (or 0, no, false, none) or when ``JAX_COMPILATION_CACHE_DIR`` is set (JAX then uses
-    that directory itself). A cached program is the one XLA would compile (JAX keys it on the
-    program, the backend and the jaxlib version), so the numbers do not change; a rerun skips
-    the compilation (about 3 s of an ``evaluate.py`` run on this repository's 2-core CPU). A
-    damaged entry fails JAX's zlib check: a warning, and the program is compiled again."""
+    ``$XDG_CACHE_HOME/infodiff/xla`` (``~/.cache/infodiff/xla``; also for ``1``, ``on``, ``yes``,
+    ``true``); None when that variable is ``off`` (or 0, no, false, none) or when
+    ``JAX_COMPILATION_CACHE_DIR`` is set (JAX then uses that directory itself). JAX keys a
+    program on its HLO, the compile options (which include this directory's path), the XLA
+    flags, the devices and the jaxlib version, so a cached program is the one XLA would
+    compile and the numbers do not change; only programs that took at least
+    :data:`MIN_COMPILE_TIME_S` to compile are kept (unless
+    ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` says otherwise)."""
     if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
         return None
     value = os.environ.get(COMPILATION_CACHE_ENV, "").strip()
     if value.lower() in _CACHE_OFF:
         return None
-    if not value:
+    if value.lower() in _CACHE_ON:
         value = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "infodiff", "xla")
     return os.path.abspath(os.path.expanduser(value))
 
 
+def remove_damaged_cache_entries(path: str) -> list[str]:
+    """Delete the entries of the compilation cache ``path`` that JAX could not read (empty, or
+    not a complete zlib stream: a write cut short, e.g. by a full disk). JAX never replaces an
+    entry whose file exists, so a damaged one would cost a warning and a compilation on every
+    run. Returns the names removed. Entries written with zstandard (when it is installed) are
+    not checked."""
+    try:
+        import zstandard  # noqa: F401  (JAX then compresses with zstd)
+        return []
+    except ImportError:
+        pass
+    import zlib
+
+    removed = []
+    for entry in os.scandir(path):
+        if not (entry.is_file() and entry.name.endswith("-cache")):
+            continue
+        try:
+            with open(entry.path, "rb") as f:
+                d = zlib.decompressobj()
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    d.decompress(block, 1 << 20)
+                    while d.unconsumed_tail:
+                        d.decompress(d.unconsumed_tail, 1 << 20)
+                ok = d.eof
+        except (OSError, zlib.error):
+            ok = False
+        if not ok:
+            try:
+                os.remove(entry.path)
+                removed.append(entry.name)
+            except OSError:
+                pass
+    return removed
+
+
 def use_compilation_cache() -> str | None:
-    """Point JAX's persistent compilation cache at :func:`compilation_cache_dir` (call before
-    the first compilation); returns the directory, or None (off, or not creatable: the run
-    goes on without a cache, with a warning)."""
+    """Point JAX's persistent compilation cache at :func:`compilation_cache_dir`, after removing
+    its damaged entries (:func:`remove_damaged_cache_entries`); call before the first
+    compilation. Returns the directory, or None (off, or not a writable directory: the run goes
+    on without a cache, with a one-line warning)."""
     path = compilation_cache_dir()
     if path is None:
         return None
     try:
         os.makedirs(path, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(f"{path!r} is not writable")
+        removed = remove_damaged_cache_entries(path)
     except OSError as e:
         print(f"warning: no compilation cache ({e}); set {COMPILATION_CACHE_ENV}=DIR or "
               f"{COMPILATION_CACHE_ENV}=off", file=sys.stderr, flush=True)
         return None
+    if removed:
+        print(f"warning: removed {len(removed)} damaged compilation cache entr{'y' if len(removed) == 1 else 'ies'} "
+              f"from {path} (compiled again in this run)", file=sys.stderr, flush=True)
     import jax
 
     jax.config.update("jax_compilation_cache_dir", path)
+    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:  # JAX's default, 1 s, keeps
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_TIME_S)  # none on 2 cores
     return path
 
 
@@ -127,6 +176,7 @@ def exit_on_user_error(main: Callable) -> Callable:
         from infodiff import interrupts
 
         try:
+            use_compilation_cache()  # flags parsed: a rerun skips XLA compilation (same numbers)
             with interrupts.installed():  # a Ctrl-C swallowed by a gc callback still stops the driver
                 return main(*args, **kwargs)
         except KeyboardInterrupt:
@@ -281,8 +331,8 @@ def run(main: Callable, default_config: str | None = None) -> None:
     """``absl.app.run`` of ``main`` with one-line user errors (:func:`exit_on_user_error`), also
     for errors raised while the flags are parsed (a misspelt ``--config.*`` key, a bad flag
     value, a config file that raises): one line, exit status 1. ``--help`` (any of
-    :data:`HELP_FLAGS`) prints :func:`help_text` and exits 0. Compiled programs are kept between
-    runs (:func:`use_compilation_cache`). ``--debug``: tracebacks and
+    :data:`HELP_FLAGS`) prints :func:`help_text` and exits 0. Once the flags are parsed,
+    compiled programs are kept between runs (:func:`use_compilation_cache`). ``--debug``: tracebacks and
     absl's log prefixes (both off by default). ``default_config``: the config file used when
     the command line names none (passed as ``--config=...`` so that its overrides are parsed
     here, not when the flag is defined; define the config flag without a default)."""
@@ -297,5 +347,4 @@ def run(main: Callable, default_config: str | None = None) -> None:
     if any(a in HELP_FLAGS for a in sys.argv[1:]):
         print(help_text(sys.argv, sys.modules["__main__"].__doc__ or "", default_config))
         sys.exit(0)
-    use_compilation_cache()  # a rerun skips XLA compilation (same programs, same numbers)
     app.run(exit_on_user_error(main), flags_parser=_parse_flags)

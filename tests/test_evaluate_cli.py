@@ -184,6 +184,9 @@ def test_compilation_cache_directory_and_its_switches(monkeypatch, tmp_path, cap
     assert cli.compilation_cache_dir() == str(tmp_path / ".cache" / "infodiff" / "xla")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cli.compilation_cache_dir() == str(tmp_path / "xdg" / "infodiff" / "xla")
+    for on in ("1", "on", " Yes ", "true", " "):  # the default directory, not a directory named "1"
+        monkeypatch.setenv("INFODIFF_COMPILATION_CACHE", on)
+        assert cli.compilation_cache_dir() == str(tmp_path / "xdg" / "infodiff" / "xla")
     monkeypatch.setenv("INFODIFF_COMPILATION_CACHE", str(tmp_path / "mine"))
     assert cli.compilation_cache_dir() == str(tmp_path / "mine")
     for off in ("off", "0", "False", " none "):
@@ -200,12 +203,29 @@ def test_compilation_cache_directory_and_its_switches(monkeypatch, tmp_path, cap
     assert cli.compilation_cache_dir() is None
 
 
+def test_damaged_compilation_cache_entries_are_removed(tmp_path):
+    import zlib
+
+    from infodiff import cli
+
+    payload = zlib.compress(os.urandom(5000))
+    (tmp_path / "jit_good-1-cache").write_bytes(payload)
+    (tmp_path / "jit_cut-2-cache").write_bytes(payload[: len(payload) // 2])  # a write cut short
+    (tmp_path / "jit_empty-3-cache").write_bytes(b"")
+    (tmp_path / "jit_junk-4-cache").write_bytes(b"not zlib at all")
+    (tmp_path / "notes.txt").write_bytes(b"")  # not an entry: left alone
+    assert sorted(cli.remove_damaged_cache_entries(str(tmp_path))) == ["jit_cut-2-cache", "jit_empty-3-cache",
+                                                                      "jit_junk-4-cache"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["jit_good-1-cache", "notes.txt"]
+
+
 def test_a_rerun_from_the_compilation_cache_gives_the_same_numbers(tmp_path):
     cache = tmp_path / "xla"
     args = ["--config", "configs/oracle_markov.py", "--config.data.order=2", "--config.eval.num_sequences=3",
             "--config.eval.num_samples=16", "--config.eval.estimators=k_dce,stratified"]
     env = dict(os.environ, JAX_PLATFORMS="cpu", INFODIFF_COMPILATION_CACHE=str(cache),
-               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")  # cache every program, however quick
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",  # cache every program, however quick
+               JAX_DEBUG_LOG_MODULES="jax._src.compiler")  # logs each cache hit
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
     reports = []
     for run in ("first", "second"):
@@ -213,8 +233,12 @@ def test_a_rerun_from_the_compilation_cache_gives_the_same_numbers(tmp_path):
         r = subprocess.run([sys.executable, "evaluate.py", *args, f"--config.eval.output_dir={out}"], cwd=REPO,
                            env=env, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr[-3000:]
+        hits = "Persistent compilation cache hit for 'jit__chunk_values'" in r.stderr
         if run == "first":
             entries = sorted(p.name for p in cache.iterdir())
             assert any(name.startswith("jit__chunk_values") for name in entries), entries
+            assert not hits
+        else:
+            assert hits, r.stderr[-3000:]  # the second run read the driver's program from the cache
         reports.append(json.loads((out / "report.json").read_text())["results"])
     assert reports[0] == reports[1]
