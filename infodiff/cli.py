@@ -81,17 +81,15 @@ def compilation_cache_dir() -> str | None:
     return os.path.abspath(os.path.expanduser(value))
 
 
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # RFC 8878 §3.1.1
+
+
 def remove_damaged_cache_entries(path: str) -> list[str]:
     """Delete the entries of the compilation cache ``path`` that JAX could not read (empty, or
     not a complete zlib stream: a write cut short, e.g. by a full disk). JAX never replaces an
     entry whose file exists, so a damaged one would cost a warning and a compilation on every
-    run. Returns the names removed. Entries written with zstandard (when it is installed) are
-    not checked."""
-    try:
-        import zstandard  # noqa: F401  (JAX then compresses with zstd)
-        return []
-    except ImportError:
-        pass
+    run. Returns the names removed. Entries in zstd frames (written when the optional
+    ``zstandard`` package is installed) are only checked for being empty."""
     import zlib
 
     removed = []
@@ -100,6 +98,10 @@ def remove_damaged_cache_entries(path: str) -> list[str]:
             continue
         try:
             with open(entry.path, "rb") as f:
+                head = f.read(4)
+                if head == _ZSTD_MAGIC:
+                    continue
+                f.seek(0)
                 d = zlib.decompressobj()
                 for block in iter(lambda: f.read(1 << 20), b""):
                     d.decompress(block, 1 << 20)

@@ -213,10 +213,11 @@ def test_damaged_compilation_cache_entries_are_removed(tmp_path):
     (tmp_path / "jit_cut-2-cache").write_bytes(payload[: len(payload) // 2])  # a write cut short
     (tmp_path / "jit_empty-3-cache").write_bytes(b"")
     (tmp_path / "jit_junk-4-cache").write_bytes(b"not zlib at all")
+    (tmp_path / "jit_zstd-5-cache").write_bytes(b"\x28\xb5\x2f\xfd" + os.urandom(64))  # zstd frame: not checked
     (tmp_path / "notes.txt").write_bytes(b"")  # not an entry: left alone
     assert sorted(cli.remove_damaged_cache_entries(str(tmp_path))) == ["jit_cut-2-cache", "jit_empty-3-cache",
                                                                       "jit_junk-4-cache"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["jit_good-1-cache", "notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["jit_good-1-cache", "jit_zstd-5-cache", "notes.txt"]
 
 
 def test_a_rerun_from_the_compilation_cache_gives_the_same_numbers(tmp_path):
