@@ -53,7 +53,8 @@ def main(argv):
     del argv
     if FLAGS.config is None:
         raise app.UsageError("give --workdir (a training run) or --config (e.g. configs/oracle_markov.py)")
-    cli.start_distributed()  # one of several processes (README "Running on a pod"); else nothing
+    if not cli.start_distributed():  # one of several processes (README "Running on a pod"); else nothing
+        cli.use_cpu_cores_as_devices()  # one process: the estimator calls split over the cores
     from infodiff import config_usage, evaluation, parallel, training  # one path for every process and mode
 
     training.quiet_library_logs()

@@ -147,6 +147,44 @@ def use_compilation_cache() -> str | None:
     return path
 
 
+CPU_DEVICES_ENV = "INFODIFF_CPU_DEVICES"
+MAX_DEFAULT_CPU_DEVICES = 8  # measured on 2 cores only; set INFODIFF_CPU_DEVICES to go further
+
+
+def cpu_devices() -> int:
+    """JAX CPU devices for an evaluation: ``$INFODIFF_CPU_DEVICES``, by default one per core this
+    process may run on (``os.sched_getaffinity``), at most :data:`MAX_DEFAULT_CPU_DEVICES`.
+    Raises ValueError for a value that is not a whole number >= 1."""
+    value = os.environ.get(CPU_DEVICES_ENV, "").strip()
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"{CPU_DEVICES_ENV}={value!r}: give a whole number >= 1 (1 = one device), or unset "
+                             "it (one device per core)")
+        return int(value)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, MAX_DEFAULT_CPU_DEVICES))
+
+
+def use_cpu_cores_as_devices() -> int | None:
+    """For a single-process evaluation: give JAX :func:`cpu_devices` CPU devices, over which
+    :func:`infodiff.evaluation.evaluate` splits the Monte Carlo rows of every estimator call
+    (:func:`infodiff.parallel.rows_mesh`; the same draws, so the numbers of one device to float
+    rounding). XLA:CPU runs one program's small matmuls on one core at a time; split over two
+    devices the k_dce driver ran 1.35-1.45x faster on 2 cores (RESULTS.md). Call before the
+    first JAX computation. Returns the count set, or None where it is left to JAX: the CPU
+    device count already set (``JAX_NUM_CPU_DEVICES``, or XLA_FLAGS'
+    ``--xla_force_host_platform_device_count``) or a count of 1. Other backends (GPU, TPU) are
+    not affected. Raises ValueError for a bad ``$INFODIFF_CPU_DEVICES``."""
+    n = cpu_devices()
+    if ("JAX_NUM_CPU_DEVICES" in os.environ or n == 1
+            or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")):
+        return None
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", n)
+    return n
+
+
 def user_error_types() -> tuple[type, ...]:
     """Exception types reported as one line: ValueError (bad values, ConfigMismatchError),
     OSError (missing files, StorageError), FloatingPointError, CheckpointError,

@@ -243,3 +243,51 @@ def test_a_rerun_from_the_compilation_cache_gives_the_same_numbers(tmp_path):
             assert hits, r.stderr[-3000:]  # the second run read the driver's program from the cache
         reports.append(json.loads((out / "report.json").read_text())["results"])
     assert reports[0] == reports[1]
+
+
+def test_evaluation_split_over_cpu_devices_gives_the_one_device_numbers(tmp_path):
+    # evaluate.py gives JAX one CPU device per core (infodiff.cli.use_cpu_cores_as_devices) and
+    # splits every estimator call's rows over them: the same draws, so the same numbers
+    args = ["--config", "configs/oracle_markov.py", "--config.data.order=2", "--config.eval.num_sequences=3",
+            "--config.eval.num_samples=16", "--config.eval.estimators=k_dce,stratified"]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    for k in ("JAX_NUM_CPU_DEVICES", "XLA_FLAGS"):
+        env.pop(k, None)
+    reports = {}
+    for n in ("1", "2"):
+        out = tmp_path / n
+        r = subprocess.run([sys.executable, "evaluate.py", *args, f"--config.eval.output_dir={out}"], cwd=REPO,
+                           env=dict(env, INFODIFF_CPU_DEVICES=n), capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        reports[n] = json.loads((out / "report.json").read_text())
+        assert reports[n]["env"]["devices"] == int(n)
+    for kind in ("unconditional", "conditional"):
+        one, two = reports["1"]["results"][kind], reports["2"]["results"][kind]
+        assert [e["estimator"] for e in one] == [e["estimator"] for e in two] == ["k_dce", "stratified"]
+        for a, b in zip(one, two):
+            assert a["forward_passes"] == b["forward_passes"]
+            np.testing.assert_allclose(b["mean_estimate"], a["mean_estimate"], rtol=1e-6)
+            np.testing.assert_allclose(b["bias_stderr"], a["bias_stderr"], rtol=1e-4)
+            assert a["mean_estimate"] != a["mean_exact"]  # a Monte Carlo estimate, not the oracle's value
+    r = subprocess.run([sys.executable, "evaluate.py", *args, f"--config.eval.output_dir={tmp_path / 'bad'}"],
+                       cwd=REPO, env=dict(env, INFODIFF_CPU_DEVICES="two"), capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == ["error: ValueError: INFODIFF_CPU_DEVICES='two': give a whole number "
+                                             ">= 1 (1 = one device), or unset it (one device per core)"]
+
+
+def test_cpu_devices_default_is_the_cores_this_process_may_use(monkeypatch):
+    from infodiff import cli
+
+    monkeypatch.delenv("INFODIFF_CPU_DEVICES", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert cli.cpu_devices() == 3
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    assert cli.cpu_devices() == cli.MAX_DEFAULT_CPU_DEVICES
+    monkeypatch.setenv("INFODIFF_CPU_DEVICES", "12")
+    assert cli.cpu_devices() == 12
+    for bad in ("0", "-1", "1.5"):
+        monkeypatch.setenv("INFODIFF_CPU_DEVICES", bad)
+        with pytest.raises(ValueError, match="INFODIFF_CPU_DEVICES"):
+            cli.cpu_devices()

@@ -211,8 +211,10 @@ def test_cli_pairs_match_the_api(run_dir, tmp_path):
     out = run_dir / "scores" / "pairs.jsonl"
     rows = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
     api = infodiff.load_run(str(run_dir)).conditional_nll(PROMPTS, RESPONSES)
-    np.testing.assert_allclose([x["value"] for x in rows], api.mean, rtol=1e-12)
-    np.testing.assert_allclose([x["se"] for x in rows], api.stderr, rtol=1e-12)
+    # evaluate.py splits each call's rows over one CPU device per core, the API runs on one:
+    # the same draws, float32 rounding of the forward apart (measured 7.7e-9 relative)
+    np.testing.assert_allclose([x["value"] for x in rows], api.mean, rtol=1e-6)
+    np.testing.assert_allclose([x["se"] for x in rows], api.stderr, rtol=1e-6)
     assert [x["id"] for x in rows] == ["p0", "p1", "p2", "p3"]
     rep = json.loads((out / "report.json").read_text())
     assert rep["kind"] == "input" and rep["input"]["format"] == "pairs" and (out / "rows.png").stat().st_size > 10_000
