@@ -54,19 +54,14 @@ def main(argv):
     import jax.numpy as jnp
     import numpy as np
 
-    from infodiff import denoisers, likelihood, tasks
+    from benchmarks.eval_inputs import noisy_network
+    from infodiff import denoisers, likelihood
 
     config = _CONFIG.value
     L, V = int(config.data.seq_len), int(config.data.vocab_size)
     bs, S = int(config.eval.batch_size), int(config.eval.num_samples)
-    task = tasks.make_task(config)
-    params = task.init_params(jax.random.key(0))
-    rng = np.random.default_rng(0)
-    params = jax.tree.map(lambda p: p + 0.02 * rng.standard_normal(p.shape).astype(np.float32), params)
-    den = task.denoiser(params)
+    task, den, x, target, rng = noisy_network(config, _SEQUENCES.value)
     apply_fn, dparams = denoisers.split(den)
-    x = rng.integers(0, V, (_SEQUENCES.value, L)).astype(np.int32)
-    target = np.ones(x.shape, bool)
     auto = likelihood.slice_rows(L)
 
     # the pure jitted forward: rows/s at the call size and at the slice size

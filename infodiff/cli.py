@@ -151,26 +151,46 @@ CPU_DEVICES_ENV = "INFODIFF_CPU_DEVICES"
 MAX_DEFAULT_CPU_DEVICES = 8  # measured on 2 cores only; set INFODIFF_CPU_DEVICES to go further
 
 
-def cpu_devices() -> int:
-    """JAX CPU devices for an evaluation: ``$INFODIFF_CPU_DEVICES``, by default one per core this
-    process may run on (``os.sched_getaffinity``), at most :data:`MAX_DEFAULT_CPU_DEVICES`.
-    Raises ValueError for a value that is not a whole number >= 1."""
-    value = os.environ.get(CPU_DEVICES_ENV, "").strip()
-    if value:
-        if not value.isdigit() or int(value) < 1:
-            raise ValueError(f"{CPU_DEVICES_ENV}={value!r}: give a whole number >= 1 (1 = one device), or unset "
-                             "it (one device per core)")
-        return int(value)
+CGROUP_CPU_MAX = "/sys/fs/cgroup/cpu.max"  # cgroup v2: "QUOTA PERIOD" or "max PERIOD"
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (``os.sched_getaffinity``), lowered
+    to a cgroup v2 CPU quota (``/sys/fs/cgroup/cpu.max``, e.g. ``docker --cpus=2``) if one is
+    set."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cores, MAX_DEFAULT_CPU_DEVICES))
+    try:
+        with open(CGROUP_CPU_MAX) as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
+def cpu_devices() -> int:
+    """JAX CPU devices for an evaluation: ``$INFODIFF_CPU_DEVICES``, by default one per core
+    (:func:`usable_cores`), at most :data:`MAX_DEFAULT_CPU_DEVICES`. Raises ValueError for a
+    value that is not a whole number from 1 to the usable cores (more devices than cores only
+    slow the run down; hundreds stall XLA:CPU's collectives)."""
+    value = os.environ.get(CPU_DEVICES_ENV, "").strip()
+    cores = usable_cores()
+    if value:
+        if not re.fullmatch(r"[0-9]+", value) or not 1 <= int(value) <= cores:
+            raise ValueError(f"{CPU_DEVICES_ENV}={value!r}: give a whole number from 1 (one device) to {cores} "
+                             "(the cores this process may use), or unset it (one device per core)")
+        return int(value)
+    return min(cores, MAX_DEFAULT_CPU_DEVICES)
 
 
 def use_cpu_cores_as_devices() -> int | None:
     """For a single-process evaluation: give JAX :func:`cpu_devices` CPU devices, over which
     :func:`infodiff.evaluation.evaluate` splits the Monte Carlo rows of every estimator call
     (:func:`infodiff.parallel.rows_mesh`; the same draws, so the numbers of one device to float
-    rounding). XLA:CPU runs one program's small matmuls on one core at a time; split over two
-    devices the k_dce driver ran 1.35-1.45x faster on 2 cores (RESULTS.md). Call before the
+    rounding). XLA:CPU keeps the cores of one device's small matmuls poorly busy; over two
+    devices the Monte Carlo part of a k_dce evaluation ran 1.29-1.37x faster on 2 cores
+    (RESULTS.md, "Evaluation over one CPU device per core"). Call before the
     first JAX computation. Returns the count set, or None where it is left to JAX: the CPU
     device count already set (``JAX_NUM_CPU_DEVICES``, or XLA_FLAGS'
     ``--xla_force_host_platform_device_count``) or a count of 1. Other backends (GPU, TPU) are

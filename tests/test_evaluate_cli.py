@@ -246,6 +246,10 @@ def test_a_rerun_from_the_compilation_cache_gives_the_same_numbers(tmp_path):
 
 
 def test_evaluation_split_over_cpu_devices_gives_the_one_device_numbers(tmp_path):
+    from infodiff import cli
+
+    if cli.usable_cores() < 2:
+        pytest.skip("needs 2 cores (INFODIFF_CPU_DEVICES may not exceed them)")
     # evaluate.py gives JAX one CPU device per core (infodiff.cli.use_cpu_cores_as_devices) and
     # splits every estimator call's rows over them: the same draws, so the same numbers
     args = ["--config", "configs/oracle_markov.py", "--config.data.order=2", "--config.eval.num_sequences=3",
@@ -272,22 +276,36 @@ def test_evaluation_split_over_cpu_devices_gives_the_one_device_numbers(tmp_path
     r = subprocess.run([sys.executable, "evaluate.py", *args, f"--config.eval.output_dir={tmp_path / 'bad'}"],
                        cwd=REPO, env=dict(env, INFODIFF_CPU_DEVICES="two"), capture_output=True, text=True,
                        timeout=600)
-    assert r.returncode == 1
-    assert r.stderr.strip().splitlines() == ["error: ValueError: INFODIFF_CPU_DEVICES='two': give a whole number "
-                                             ">= 1 (1 = one device), or unset it (one device per core)"]
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("error: ValueError: INFODIFF_CPU_DEVICES='two': give a whole number from 1 (one "
+                               "device) to "), r.stderr
 
 
 def test_cpu_devices_default_is_the_cores_this_process_may_use(monkeypatch):
     from infodiff import cli
 
     monkeypatch.delenv("INFODIFF_CPU_DEVICES", raising=False)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    cores = {"n": 3}
+    monkeypatch.setattr(cli, "usable_cores", lambda: cores["n"])
     assert cli.cpu_devices() == 3
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    cores["n"] = 64
     assert cli.cpu_devices() == cli.MAX_DEFAULT_CPU_DEVICES
     monkeypatch.setenv("INFODIFF_CPU_DEVICES", "12")
     assert cli.cpu_devices() == 12
-    for bad in ("0", "-1", "1.5"):
+    for bad in ("0", "-1", "1.5", "65", "99999", "\u00b2", "\u0663"):  # more than the cores; non-ASCII digits
         monkeypatch.setenv("INFODIFF_CPU_DEVICES", bad)
         with pytest.raises(ValueError, match="INFODIFF_CPU_DEVICES"):
             cli.cpu_devices()
+
+
+def test_usable_cores_follow_the_affinity_and_a_cgroup_quota(monkeypatch, tmp_path):
+    from infodiff import cli
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    quota = tmp_path / "cpu.max"
+    monkeypatch.setattr(cli, "CGROUP_CPU_MAX", str(quota))
+    assert cli.usable_cores() == 16  # no cgroup file
+    for text, cores in (("max 100000\n", 16), ("200000 100000\n", 2), ("150000 100000\n", 2), ("50000 100000", 1),
+                        ("garbage", 16)):
+        quota.write_text(text)
+        assert cli.usable_cores() == cores, text
