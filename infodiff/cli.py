@@ -148,9 +148,7 @@ def use_compilation_cache() -> str | None:
 
 
 CPU_DEVICES_ENV = "INFODIFF_CPU_DEVICES"
-MAX_DEFAULT_CPU_DEVICES = 8  # measured on 2 cores only; set INFODIFF_CPU_DEVICES to go further
-
-
+MAX_DEFAULT_CPU_DEVICES = 8  # measured on 2 cores only; INFODIFF_CPU_DEVICES may go up to the cores
 CGROUP_CPU_MAX = "/sys/fs/cgroup/cpu.max"  # cgroup v2: "QUOTA PERIOD" or "max PERIOD"
 
 
