@@ -13,9 +13,11 @@ compilation and warmup steps; reports the median and best of ``--repeats`` timin
 ``infodiff.networks.transformer.flops_per_token`` (6 N + 12 n_layers D L, forward + backward,
 Kaplan et al. 2020), so "achieved FLOP/s" counts only the matmul work of the model, not the
 optimizer, LayerNorm, softmax or the mask sampling. The reference is the dense float32 matmul
-rate of this process (``jnp.dot`` of two ``--matmul_size`` square matrices, best of several
-timed runs with ``block_until_ready``); the ratio is the model-FLOP utilisation (MFU) relative
-to that, not to a datasheet peak.
+rate of this process (``jnp.dot`` of two ``--matmul_size`` square matrices, best of 5 timed
+runs with ``block_until_ready``), measured before each repeat of the steps, since it drifts by
+about 15 % between minutes on a shared machine; the ratio (median over the repeats, each step
+time over the matmul rate beside it) is the model-FLOP utilisation (MFU) relative to that, not
+to a datasheet peak.
 
 The peer: a plain train step of the same FLOPs timed in the same run, interleaved repeat by
 repeat with the library's: ``benchmarks/plain_transformer.py`` (the transformer in plain jnp on
@@ -58,8 +60,9 @@ def _fmt(x: float, unit: str) -> str:
     return f"{x:.3g} {unit}"
 
 
-def matmul_flops_per_s(n: int, repeats: int = 10) -> float:
-    """Best-of-`repeats` dense float32 [n, n] @ [n, n] rate (2 n^3 FLOPs per product), FLOP/s."""
+def matmul_rate_runner(n: int):
+    """``rate(repeats)``: the best-of-``repeats`` dense float32 [n, n] @ [n, n] rate (2 n^3
+    FLOPs per product) in FLOP/s, compiled once."""
     import jax
     import jax.numpy as jnp
 
@@ -68,12 +71,21 @@ def matmul_flops_per_s(n: int, repeats: int = 10) -> float:
     b = jax.random.normal(kb, (n, n), jnp.float32)
     dot = jax.jit(lambda a, b: jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST))
     dot(a, b).block_until_ready()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        dot(a, b).block_until_ready()
-        best = min(best, time.perf_counter() - t0)
-    return 2.0 * n**3 / best
+
+    def rate(repeats: int) -> float:
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            dot(a, b).block_until_ready()
+            best = min(best, time.perf_counter() - t0)
+        return 2.0 * n**3 / best
+
+    return rate
+
+
+def matmul_flops_per_s(n: int, repeats: int = 10) -> float:
+    """Best-of-`repeats` dense float32 [n, n] @ [n, n] rate (2 n^3 FLOPs per product), FLOP/s."""
+    return matmul_rate_runner(n)(repeats)
 
 
 def _plain_step_runner(config, params, batches):
@@ -171,8 +183,10 @@ def main(argv):
     first = attentions[0]
     peer_run = _plain_step_runner(config, params, batches)
     peer_run(1 + _WARMUP.value)
-    times, peer_times = {a: [] for a in attentions}, []
+    times, peer_times, matmul_rates = {a: [] for a in attentions}, [], []
+    matmul_rate = matmul_rate_runner(_MATMUL.value)
     for _ in range(_REPEATS.value):  # interleaved: all see the same machine state
+        matmul_rates.append(matmul_rate(5))
         for a in attentions:
             t0 = time.perf_counter()
             runs[a](_STEPS.value)
@@ -185,8 +199,9 @@ def main(argv):
 
     fpt = flops_per_token(model)
     tokens_per_step = B * L
-    peak = matmul_flops_per_s(_MATMUL.value)
+    peak = statistics.median(matmul_rates)
     achieved = fpt * tokens_per_step / step_med
+    shares = sorted(fpt * tokens_per_step / t / r for t, r in zip(times[first], matmul_rates))
     dev = mesh.devices.flat[0]
     rows = [
         ("devices", f"{mesh.devices.size} x {dev.platform} ({getattr(dev, 'device_kind', '')}), "
@@ -204,8 +219,10 @@ def main(argv):
         ("tokens/s", f"{tokens_per_step / step_med:,.0f}"),
         ("model FLOPs/token (fwd+bwd)", _fmt(fpt, "FLOP")),
         ("achieved model FLOP/s", _fmt(achieved, "FLOP/s")),
-        (f"float32 matmul {_MATMUL.value}^2 FLOP/s", _fmt(peak, "FLOP/s")),
-        ("fraction of matmul rate", f"{achieved / peak:.1%}"),
+        (f"float32 matmul {_MATMUL.value}^2 FLOP/s", f"{_fmt(peak, 'FLOP/s')} (median; "
+                                                    f"{_fmt(min(matmul_rates), '')}-{_fmt(max(matmul_rates), 'FLOP/s')})"),
+        ("fraction of matmul rate", f"{statistics.median(shares):.1%} (median of the repeats; "
+                                    f"{shares[0]:.1%}-{shares[-1]:.1%})"),
         ("plain jnp step (median)", f"{peer_med * 1e3:.2f} ms, {tokens_per_step / peer_med:,.0f} tokens/s"),
         ("tokens/s vs plain step", f"{peer_med / step_med:.2f}x"),
     ]

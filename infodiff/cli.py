@@ -15,6 +15,7 @@ This module imports nothing heavy: it is used before flags are parsed.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import sys
@@ -84,19 +85,47 @@ def compilation_cache_dir() -> str | None:
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # RFC 8878 §3.1.1
 
 
+SCANNED_MARKER = "infodiff-scanned"  # in the cache directory; its mtime: when the last full scan began
+
+
 def remove_damaged_cache_entries(path: str) -> list[str]:
     """Delete the entries of the compilation cache ``path`` that JAX could not read (empty, or
     not a complete zlib stream: a write cut short, e.g. by a full disk). JAX never replaces an
     entry whose file exists, so a damaged one would cost a warning and a compilation on every
     run. Returns the names removed. Entries in zstd frames (written when the optional
-    ``zstandard`` package is installed) are only checked for being empty."""
+    ``zstandard`` package is installed) are only checked for being empty.
+
+    Only the entries written since the last scan began are read: JAX writes an entry once and
+    never changes it, and reading all of them took 0.5 s per start at 340 entries. The time is
+    the mtime of ``path/infodiff-scanned`` (the file system's own clock), moved there when a
+    scan has finished, so an interrupted scan is done again."""
     import zlib
 
+    marker = os.path.join(path, SCANNED_MARKER)
+    try:
+        since = os.stat(marker).st_mtime
+    except OSError:
+        since = -math.inf
+    began = f"{marker}.{os.getpid()}"
+    try:
+        with open(began, "w"):
+            pass  # its mtime: now, on the file system's clock
+    except OSError:
+        began = None
     removed = []
     for entry in os.scandir(path):
+        if entry.name.startswith(f"{SCANNED_MARKER}.") and entry.path != began:
+            try:  # left by a scan that was killed
+                if entry.stat().st_mtime < since:
+                    os.remove(entry.path)
+            except OSError:
+                pass
+            continue
         if not (entry.is_file() and entry.name.endswith("-cache")):
             continue
         try:
+            if entry.stat().st_mtime < since:
+                continue  # checked by an earlier scan
             with open(entry.path, "rb") as f:
                 head = f.read(4)
                 if head == _ZSTD_MAGIC:
@@ -116,6 +145,11 @@ def remove_damaged_cache_entries(path: str) -> list[str]:
                 removed.append(entry.name)
             except OSError:
                 pass
+    if began is not None:
+        try:
+            os.replace(began, marker)  # keeps the mtime of when this scan began
+        except OSError:
+            pass
     return removed
 
 

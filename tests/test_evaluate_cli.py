@@ -217,7 +217,23 @@ def test_damaged_compilation_cache_entries_are_removed(tmp_path):
     (tmp_path / "notes.txt").write_bytes(b"")  # not an entry: left alone
     assert sorted(cli.remove_damaged_cache_entries(str(tmp_path))) == ["jit_cut-2-cache", "jit_empty-3-cache",
                                                                       "jit_junk-4-cache"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["jit_good-1-cache", "jit_zstd-5-cache", "notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [cli.SCANNED_MARKER, "jit_good-1-cache", "jit_zstd-5-cache",
+                                                          "notes.txt"]
+    # The next scan reads only what was written since this one began: an old entry damaged
+    # behind JAX's back with its mtime kept is not read again; one written since is.
+    marker = tmp_path / cli.SCANNED_MARKER
+    past = marker.stat().st_mtime - 10
+    old = tmp_path / "jit_old-6-cache"
+    old.write_bytes(b"")
+    os.utime(old, (past, past))
+    (tmp_path / "jit_new-7-cache").write_bytes(payload[:10])
+    (tmp_path / f"{cli.SCANNED_MARKER}.999999").write_bytes(b"")  # left by a killed scan
+    os.utime(tmp_path / f"{cli.SCANNED_MARKER}.999999", (past, past))
+    assert cli.remove_damaged_cache_entries(str(tmp_path)) == ["jit_new-7-cache"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [cli.SCANNED_MARKER, "jit_good-1-cache", "jit_old-6-cache",
+                                                          "jit_zstd-5-cache", "notes.txt"]
+    marker.unlink()  # no record: every entry is read
+    assert cli.remove_damaged_cache_entries(str(tmp_path)) == ["jit_old-6-cache"]
 
 
 def test_a_rerun_from_the_compilation_cache_gives_the_same_numbers(tmp_path):

@@ -78,6 +78,15 @@ def test_evaluate_writes_training_curves_beside_the_report(tmp_path):
     assert json.load(open(jpath))["plots"] == [png]
     assert f"plot: {png}" in open(tpath).read()
 
+    # A figure newer than metrics.jsonl is kept; one older than it is drawn again.
+    drawn = os.stat(png).st_mtime_ns
+    rep, _ = evaluation.evaluate(cfg, str(wd))
+    assert rep["plots"] == [png] and os.stat(png).st_mtime_ns == drawn
+    past = os.stat(wd / "metrics.jsonl").st_mtime - 10
+    os.utime(png, (past, past))
+    rep, _ = evaluation.evaluate(cfg, str(wd))
+    assert rep["plots"] == [png] and os.stat(png).st_mtime > past + 5
+
     # Without validation records, or without metrics.jsonl, the evaluation goes on, with a note.
     os.remove(png)
     (wd / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs if r["split"] == "train"))

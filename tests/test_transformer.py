@@ -418,6 +418,23 @@ def test_layer_norm_and_linear_gradients_are_autodiffs(shape_IxO):
         np.testing.assert_allclose(np.asarray(a), b, rtol=1e-4, atol=1e-5 * np.abs(b).max())
 
 
+def test_softmax_gradient_is_autodiffs():
+    """The written-out gradient of ``softmax`` (from its output alone) equals autodiff's of
+    ``jax.nn.softmax``, also for rows with -inf and very large scores; the values are jax's."""
+    from infodiff.networks.transformer import softmax
+
+    ks, kg = jax.random.split(jax.random.key(12))
+    s_BxQxL = 4.0 * jax.random.normal(ks, (3, 5, 7))
+    s_BxQxL = s_BxQxL.at[0, 0, :3].set(-jnp.inf).at[1, 2].multiply(1e4)
+    g_BxQxL = jax.random.normal(kg, (3, 5, 7))
+    got, got_vjp = jax.vjp(softmax, s_BxQxL)
+    want, want_vjp = jax.vjp(lambda s: jax.nn.softmax(s, axis=-1), s_BxQxL)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    (a,), (b,) = jax.jit(got_vjp)(g_BxQxL), want_vjp(g_BxQxL)
+    assert np.isfinite(np.asarray(a)).all()
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
 def test_query_blocked_attention_has_the_dense_values_and_gradients(monkeypatch):
     """Long sequences run attention by rematerialised query blocks (memory); with blocks of 4 of
     an L = 8 sequence the outputs and the parameter gradients are the dense ones (and the

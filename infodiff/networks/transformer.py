@@ -71,6 +71,7 @@ __all__ = [
     "Transformer",
     "apply_rope",
     "layer_norm",
+    "softmax",
     "linear",
     "timestep_embedding",
     "count_params",
@@ -300,14 +301,39 @@ class _Dense(nn.Module):
         return y_NxO + self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32).astype(self.dtype)
 
 
+@jax.custom_vjp
+def softmax(scores_NxL: jax.Array) -> jax.Array:
+    """``jax.nn.softmax`` over the last axis, with its gradient written out from the output
+    alone: ``ds = p * (g - sum(g * p))`` (:func:`_softmax_bwd`). jax's own keeps the
+    unnormalised exponentials and the row sums broadcast to the scores' shape for the
+    backward pass; this one keeps ``p``, which the attention's value product needs anyway.
+    Measured on XLA:CPU at B 8, L 256, 4 x 64 heads: one attention layer's forward and
+    backward 35 ms -> 22 ms. Args: float ``[..., L]``. Returns: the same shape and dtype."""
+    return jax.nn.softmax(scores_NxL, axis=-1)
+
+
+def _softmax_fwd(scores_NxL):
+    p_NxL = jax.nn.softmax(scores_NxL, axis=-1)
+    return p_NxL, p_NxL
+
+
+def _softmax_bwd(p_NxL, g_NxL):
+    return (p_NxL * (g_NxL - jnp.sum(g_NxL * p_NxL, axis=-1, keepdims=True)),)
+
+
+softmax.defvjp(_softmax_fwd, _softmax_bwd)
+
+
 def _attend_dense(q_BxHxQxK: jax.Array, k_BxHxLxK: jax.Array, v_BxHxLxK: jax.Array,
                   dtype: Any, token_major_out: bool = False) -> jax.Array:
     K = q_BxHxQxK.shape[-1]
     scores_BxHxQxL = jnp.einsum("bhqk,bhsk->bhqs", q_BxHxQxK, k_BxHxLxK,
                                 preferred_element_type=jnp.float32) / math.sqrt(K)
-    attn_BxHxQxL = jax.nn.softmax(scores_BxHxQxL, axis=-1)
-    out = "bqhk" if token_major_out else "bhqk"
-    return jnp.einsum(f"bhqs,bhsk->{out}", attn_BxHxQxL.astype(dtype), v_BxHxLxK)
+    attn_BxHxQxL = softmax(scores_BxHxQxL)
+    # The product head-major, then one transpose: XLA:CPU ran "bhqs,bhsk->bqhk" as a dot with
+    # a [B, H, K, Q] output and a copy, 1.4x slower (forward, B 8, L 256).
+    o_BxHxQxK = jnp.einsum("bhqs,bhsk->bhqk", attn_BxHxQxL.astype(dtype), v_BxHxLxK)
+    return jnp.swapaxes(o_BxHxQxK, 1, 2) if token_major_out else o_BxHxQxK
 
 
 # Query blocks of large attention: when a layer's float32 scores [B, H, L, L] would take at least

@@ -57,7 +57,6 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.stats
 
 # (static apply_fn(params, z, alpha), params): networks pass their parameters to jit as
 # arguments, oracles carry none; the same adapter as the masked and SEDD estimators.
@@ -592,6 +591,8 @@ def _rounding_expected_loss(x_U, gamma, scaling: CountScaling):
     """E_{z ~ Pois(gamma x)} l(x, L_j(z)) for the lattice-rounding denoiser
     L_j(z) = lattice point nearest z / gamma (ties up, clipped to [low, high]).
     x_U: float64 [U] unique values. Returns float64 [U] (exact up to 1e-300 tails)."""
+    import scipy.stats  # here, not at the top: its 0.5 s import would slow every entry point
+
     K, lo, d = scaling.max_count, scaling.low, scaling.spacing
     lat = scaling.lattice()
     out = np.zeros_like(x_U)
