@@ -19,6 +19,7 @@ import math
 import os
 import re
 import sys
+import time
 from typing import Callable
 
 __all__ = ["define_distributed_flags", "start_distributed", "compilation_cache_dir", "remove_damaged_cache_entries", "use_compilation_cache", "EXIT_ERROR", "EXIT_INTERRUPTED", "INTERRUPTED", "user_error_types", "one_line", "exit_on_user_error", "run", "config_flag_error",
@@ -105,6 +106,8 @@ def remove_damaged_cache_entries(path: str) -> list[str]:
     try:
         since = os.stat(marker).st_mtime
     except OSError:
+        since = -math.inf
+    if since > time.time() + 60:  # a marker from the future (a clock set wrong): read everything
         since = -math.inf
     began = f"{marker}.{os.getpid()}"
     try:

@@ -234,6 +234,10 @@ def test_damaged_compilation_cache_entries_are_removed(tmp_path):
                                                           "jit_zstd-5-cache", "notes.txt"]
     marker.unlink()  # no record: every entry is read
     assert cli.remove_damaged_cache_entries(str(tmp_path)) == ["jit_old-6-cache"]
+    old.write_bytes(b"")
+    os.utime(old, (past, past))
+    os.utime(marker, (past + 1e6, past + 1e6))  # a record from the future (a clock set wrong): not trusted
+    assert cli.remove_damaged_cache_entries(str(tmp_path)) == ["jit_old-6-cache"]
 
 
 def test_a_rerun_from_the_compilation_cache_gives_the_same_numbers(tmp_path):
