@@ -217,27 +217,37 @@ def test_damaged_compilation_cache_entries_are_removed(tmp_path):
     (tmp_path / "notes.txt").write_bytes(b"")  # not an entry: left alone
     assert sorted(cli.remove_damaged_cache_entries(str(tmp_path))) == ["jit_cut-2-cache", "jit_empty-3-cache",
                                                                       "jit_junk-4-cache"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [cli.SCANNED_MARKER, "jit_good-1-cache", "jit_zstd-5-cache",
+    assert sorted(p.name for p in tmp_path.iterdir()) == [cli.VERIFIED_INDEX, "jit_good-1-cache", "jit_zstd-5-cache",
                                                           "notes.txt"]
-    # The next scan reads only what was written since this one began: an old entry damaged
-    # behind JAX's back with its mtime kept is not read again; one written since is.
-    marker = tmp_path / cli.SCANNED_MARKER
-    past = marker.stat().st_mtime - 10
-    old = tmp_path / "jit_old-6-cache"
-    old.write_bytes(b"")
-    os.utime(old, (past, past))
-    (tmp_path / "jit_new-7-cache").write_bytes(payload[:10])
-    (tmp_path / f"{cli.SCANNED_MARKER}.999999").write_bytes(b"")  # left by a killed scan
-    os.utime(tmp_path / f"{cli.SCANNED_MARKER}.999999", (past, past))
-    assert cli.remove_damaged_cache_entries(str(tmp_path)) == ["jit_new-7-cache"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [cli.SCANNED_MARKER, "jit_good-1-cache", "jit_old-6-cache",
-                                                          "jit_zstd-5-cache", "notes.txt"]
-    marker.unlink()  # no record: every entry is read
-    assert cli.remove_damaged_cache_entries(str(tmp_path)) == ["jit_old-6-cache"]
-    old.write_bytes(b"")
-    os.utime(old, (past, past))
-    os.utime(marker, (past + 1e6, past + 1e6))  # a record from the future (a clock set wrong): not trusted
-    assert cli.remove_damaged_cache_entries(str(tmp_path)) == ["jit_old-6-cache"]
+    # An entry found whole is not read again unless its size, mtime or inode changes: damage
+    # that keeps all three goes unseen (recorded, not re-read); a truncation, a copy with the
+    # old mtime kept, or a clock stepped back are seen.
+    good = tmp_path / "jit_good-1-cache"
+    st = good.stat()
+    with open(good, "r+b") as f:
+        f.write(b"\0" * 8)  # same size
+    os.utime(good, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert cli.remove_damaged_cache_entries(str(tmp_path)) == []
+    good.write_bytes(payload[:100])
+    os.utime(good, ns=(st.st_atime_ns, st.st_mtime_ns))  # cut short, its old mtime put back
+    (tmp_path / "jit_new-6-cache").write_bytes(payload)
+    copy = tmp_path / "jit_copy-7-cache"
+    copy.write_bytes(payload[:10])
+    os.utime(copy, (0, 0))  # a copy that kept an old mtime (cp -a, tar x)
+    (tmp_path / f".{cli.VERIFIED_INDEX}.99.ab.tmp").write_bytes(b"")  # left by a killed scan
+    os.utime(tmp_path / f".{cli.VERIFIED_INDEX}.99.ab.tmp", (0, 0))
+    assert sorted(cli.remove_damaged_cache_entries(str(tmp_path))) == ["jit_copy-7-cache", "jit_good-1-cache"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [cli.VERIFIED_INDEX, "jit_new-6-cache", "jit_zstd-5-cache",
+                                                          "notes.txt"]
+    import json
+
+    assert sorted(json.loads((tmp_path / cli.VERIFIED_INDEX).read_text())) == ["jit_new-6-cache", "jit_zstd-5-cache"]
+    new = tmp_path / "jit_new-6-cache"
+    st = new.stat()
+    new.write_bytes(b"\0" * st.st_size)  # damage that keeps size, mtime and inode ...
+    os.utime(new, ns=(st.st_atime_ns, st.st_mtime_ns))
+    (tmp_path / cli.VERIFIED_INDEX).write_text("{not json")  # ... seen once the record is unreadable
+    assert cli.remove_damaged_cache_entries(str(tmp_path)) == ["jit_new-6-cache"]
 
 
 def test_a_rerun_from_the_compilation_cache_gives_the_same_numbers(tmp_path):

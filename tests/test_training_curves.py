@@ -78,14 +78,24 @@ def test_evaluate_writes_training_curves_beside_the_report(tmp_path):
     assert json.load(open(jpath))["plots"] == [png]
     assert f"plot: {png}" in open(tpath).read()
 
-    # A figure newer than metrics.jsonl is kept; one older than it is drawn again.
-    drawn = os.stat(png).st_mtime_ns
+    # The figure carries the mtime of the metrics.jsonl it was drawn from and is then kept;
+    # one with any other mtime (older, or from a clock ahead) is drawn again.
+    metrics_ns = os.stat(wd / "metrics.jsonl").st_mtime_ns
+    assert os.stat(png).st_mtime_ns == metrics_ns
+    with open(png, "ab") as f:
+        f.write(b"kept")  # marks this file; the mtime is put back
+    os.utime(png, ns=(metrics_ns, metrics_ns))
     rep, _ = evaluation.evaluate(cfg, str(wd))
-    assert rep["plots"] == [png] and os.stat(png).st_mtime_ns == drawn
-    past = os.stat(wd / "metrics.jsonl").st_mtime - 10
-    os.utime(png, (past, past))
-    rep, _ = evaluation.evaluate(cfg, str(wd))
-    assert rep["plots"] == [png] and os.stat(png).st_mtime > past + 5
+    assert rep["plots"] == [png] and open(png, "rb").read().endswith(b"kept")
+    for offset_s in (-10, 7200):
+        os.utime(png, ns=(metrics_ns, metrics_ns + offset_s * 10**9))
+        rep, _ = evaluation.evaluate(cfg, str(wd))
+        assert rep["plots"] == [png] and os.stat(png).st_mtime_ns == metrics_ns
+        assert not open(png, "rb").read().endswith(b"kept") and _png_size(png) == (1210, 792)
+        with open(png, "ab") as f:
+            f.write(b"kept")
+        os.utime(png, ns=(metrics_ns, metrics_ns))
+    assert sorted(p.name for p in wd.iterdir() if p.name.endswith(".tmp")) == []
 
     # Without validation records, or without metrics.jsonl, the evaluation goes on, with a note.
     os.remove(png)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 import os
 
@@ -24,12 +25,19 @@ def _pyplot():
 
 
 def _save(fig, path: str) -> None:
-    """Write ``fig`` to ``path`` (process 0 only in a multi-process run) and close it."""
+    """Write ``fig`` to ``path`` (process 0 only in a multi-process run), atomically (a run
+    killed while drawing leaves the previous figure, never a cut-short one), and close it. The
+    format is the path's extension (png by default). Raises StorageError or OSError."""
     from infodiff import parallel
+    from infodiff.training import workdir as workdir_lib
 
-    if parallel.is_primary():
-        fig.savefig(path, dpi=110)
-    _pyplot().close(fig)
+    try:
+        if parallel.is_primary():
+            buf = io.BytesIO()
+            fig.savefig(buf, dpi=110, format=os.path.splitext(path)[1][1:] or "png")
+            workdir_lib.atomic_write_bytes(path, buf.getvalue())
+    finally:
+        _pyplot().close(fig)
 
 
 def count_samples_png(path: str, data, samples_NxD: np.ndarray, dist=None) -> None:

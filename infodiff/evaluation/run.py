@@ -41,22 +41,31 @@ def _check_saved_config(config, workdir: str) -> None:
             "only eval.* may be overridden)")
 
 
+def _mtime_ns(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
 def _training_curves(task, workdir: str) -> tuple[list, list]:
     """Draw ``workdir/training_curves.png`` from ``workdir/metrics.jsonl``: ``([its path], [])``,
     or ``([], [why not])`` (no metrics.jsonl, no validation record, an unwritable workdir: the
-    evaluation goes on, and the reason is logged and kept in the report's ``plot_notes``). A
-    figure newer than metrics.jsonl is kept as it is (drawing took 1 s of a 13 s evaluation)."""
+    evaluation goes on, and the reason is logged and kept in the report's ``plot_notes``). The
+    figure's mtime is set to that of the metrics.jsonl read for it, and a figure whose mtime
+    equals metrics.jsonl's is kept as it is (drawing took 1 s of a 13 s evaluation); any
+    append to metrics.jsonl since, also while the figure was being drawn, redraws it."""
     png = os.path.join(workdir, "training_curves.png")
     metrics = os.path.join(workdir, "metrics.jsonl")
-    try:
-        if os.stat(png).st_mtime > os.stat(metrics).st_mtime:
-            return [png], []
-    except OSError:
-        pass
+    read_ns = _mtime_ns(metrics)
+    if read_ns is not None and _mtime_ns(png) == read_ns:
+        return [png], []
     from infodiff.evaluation import plots as plots_lib
 
     try:
         plots_lib.training_curves_png(png, metrics, task.units, task.train_loss_is_nll)
+        if read_ns is not None and parallel.is_primary():
+            os.utime(png, ns=(time.time_ns(), read_ns))
     except (OSError, ValueError) as e:
         note = f"training_curves.png not drawn: {e}"
         training.log(logging.warning, "%s", note)

@@ -305,10 +305,11 @@ class _Dense(nn.Module):
 def softmax(scores_NxL: jax.Array) -> jax.Array:
     """``jax.nn.softmax`` over the last axis, with its gradient written out from the output
     alone: ``ds = p * (g - sum(g * p))`` (:func:`_softmax_bwd`). jax's own keeps the
-    unnormalised exponentials and the row sums broadcast to the scores' shape for the
-    backward pass; this one keeps ``p``, which the attention's value product needs anyway.
-    Measured on XLA:CPU at B 8, L 256, 4 x 64 heads: one attention layer's forward and
-    backward 35 ms -> 22 ms. Args: float ``[..., L]``. Returns: the same shape and dtype."""
+    unnormalised exponentials and the row sums for the backward pass, and XLA:CPU wrote the
+    inverse row sums out broadcast to the scores' shape ``[B, H, L, L]`` in every layer; this
+    one keeps ``p``, which the attention's value product needs anyway
+    (``python benchmarks/attention_layouts.py``; RESULTS.md). Args: float ``[..., L]``.
+    Returns: the same shape and dtype."""
     return jax.nn.softmax(scores_NxL, axis=-1)
 
 
@@ -331,7 +332,8 @@ def _attend_dense(q_BxHxQxK: jax.Array, k_BxHxLxK: jax.Array, v_BxHxLxK: jax.Arr
                                 preferred_element_type=jnp.float32) / math.sqrt(K)
     attn_BxHxQxL = softmax(scores_BxHxQxL)
     # The product head-major, then one transpose: XLA:CPU ran "bhqs,bhsk->bqhk" as a dot with
-    # a [B, H, K, Q] output and a copy, 1.4x slower (forward, B 8, L 256).
+    # a [B, H, K, Q] output and a copy, about 1.3x slower (forward, B 8, L 256;
+    # benchmarks/attention_layouts.py).
     o_BxHxQxK = jnp.einsum("bhqs,bhsk->bhqk", attn_BxHxQxL.astype(dtype), v_BxHxLxK)
     return jnp.swapaxes(o_BxHxQxK, 1, 2) if token_major_out else o_BxHxQxK
 

@@ -21,15 +21,15 @@ import contextlib
 import errno as errno_lib
 import fcntl
 import json
+import locale
 import os
 import re
 import shutil
 import socket
-import tempfile
 import time
 
 __all__ = ["LOCK_NAME", "STORAGE_ERRNOS", "StorageError", "WorkdirLockedError", "WorkdirLock",
-           "storage_error", "storage_guard", "atomic_write_text", "clean_tmp_checkpoints",
+           "storage_error", "storage_guard", "atomic_write_text", "atomic_write_bytes", "clean_tmp_checkpoints",
            "TMP_MARKER"]
 
 LOCK_NAME = "train.lock"
@@ -112,18 +112,27 @@ def storage_guard(path: str, what: str = "write"):
 
 
 def atomic_write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` atomically: a temporary file in the same directory, fsync,
-    rename. A failure leaves any previous ``path`` intact and no temporary file behind.
+    """Write ``text`` to ``path`` atomically (:func:`atomic_write_bytes`, in the locale's
+    encoding, as ``open(path, "w")``). A failure leaves any previous ``path`` intact and no
+    temporary file behind.
 
     Raises StorageError (full / read-only / no permission, naming ``path``) or OSError.
     """
+    atomic_write_bytes(path, text.encode(locale.getpreferredencoding(False)))
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (a uniquely named temporary file in the same
+    directory, fsync, rename), with the permissions of the user's umask (``open(.., "xb")``, not
+    mkstemp's 0600: reports and figures in a shared workdir stay readable). A failure leaves any previous
+    ``path`` intact and no temporary file behind. Raises StorageError or OSError."""
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
+                       f".{os.path.basename(path)}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     with storage_guard(path):
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".", suffix=".tmp")
         try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
+            with open(tmp, "xb") as f:
+                f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
