@@ -567,3 +567,17 @@ def test_report_records_argv_and_git_revision():
     git = common["git"]
     assert git is not None and len(git["revision"]) == 40 and isinstance(git["dirty"], bool)
     assert report_lib.git_info("/") is None  # outside a checkout
+
+
+def test_atomic_writes_are_utf8_with_the_umasks_permissions(tmp_path):
+    """Reports are written UTF-8 whatever the locale (an ASCII one failed on the report's ±)
+    and with the permissions the umask gives (not mkstemp's 0600); no temporary file is left."""
+    old = os.umask(0o027)
+    try:
+        workdir_lib.atomic_write_text(str(tmp_path / "report.txt"), "nll 1.5 ± 0.1\n")
+        workdir_lib.atomic_write_bytes(str(tmp_path / "a.png"), b"\x89PNG")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "report.txt").read_bytes() == "nll 1.5 ± 0.1\n".encode("utf-8")
+    assert (tmp_path / "a.png").read_bytes() == b"\x89PNG"
+    assert {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()} == {"report.txt": 0o640, "a.png": 0o640}

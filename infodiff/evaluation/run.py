@@ -53,8 +53,9 @@ def _training_curves(task, workdir: str) -> tuple[list, list]:
     or ``([], [why not])`` (no metrics.jsonl, no validation record, an unwritable workdir: the
     evaluation goes on, and the reason is logged and kept in the report's ``plot_notes``). The
     figure's mtime is set to that of the metrics.jsonl read for it, and a figure whose mtime
-    equals metrics.jsonl's is kept as it is (drawing took 1 s of a 13 s evaluation); any
-    append to metrics.jsonl since, also while the figure was being drawn, redraws it."""
+    equals metrics.jsonl's is kept as it is (drawing took 1 s of a 13 s evaluation): an append
+    to metrics.jsonl since, also one while the figure was being drawn, redraws it, unless it
+    fell within the same tick of the file system's clock as the read."""
     png = os.path.join(workdir, "training_curves.png")
     metrics = os.path.join(workdir, "metrics.jsonl")
     read_ns = _mtime_ns(metrics)
@@ -64,12 +65,15 @@ def _training_curves(task, workdir: str) -> tuple[list, list]:
 
     try:
         plots_lib.training_curves_png(png, metrics, task.units, task.train_loss_is_nll)
-        if read_ns is not None and parallel.is_primary():
-            os.utime(png, ns=(time.time_ns(), read_ns))
     except (OSError, ValueError) as e:
         note = f"training_curves.png not drawn: {e}"
         training.log(logging.warning, "%s", note)
         return [], [note]
+    if read_ns is not None and parallel.is_primary():
+        try:
+            os.utime(png, ns=(time.time_ns(), read_ns))
+        except OSError:
+            pass  # drawn; the next evaluation draws it again
     return [png], []
 
 

@@ -21,7 +21,6 @@ import contextlib
 import errno as errno_lib
 import fcntl
 import json
-import locale
 import os
 import re
 import shutil
@@ -112,13 +111,13 @@ def storage_guard(path: str, what: str = "write"):
 
 
 def atomic_write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (:func:`atomic_write_bytes`, in the locale's
-    encoding, as ``open(path, "w")``). A failure leaves any previous ``path`` intact and no
-    temporary file behind.
+    """Write ``text`` to ``path`` atomically (:func:`atomic_write_bytes`), UTF-8 whatever the
+    locale (an ASCII locale made the report's ``±`` fail at the last step of an evaluation). A
+    failure leaves any previous ``path`` intact and no temporary file behind.
 
     Raises StorageError (full / read-only / no permission, naming ``path``) or OSError.
     """
-    atomic_write_bytes(path, text.encode(locale.getpreferredencoding(False)))
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_write_bytes(path: str, data: bytes) -> None:
