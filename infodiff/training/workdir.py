@@ -121,24 +121,16 @@ def atomic_write_text(path: str, text: str) -> None:
 
 
 def atomic_write_bytes(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (a uniquely named temporary file in the same
-    directory, fsync, rename), with the permissions of the user's umask (``open(.., "xb")``, not
-    mkstemp's 0600: reports and figures in a shared workdir stay readable). A failure leaves any previous
-    ``path`` intact and no temporary file behind. Raises StorageError or OSError."""
+    """Write ``data`` to ``path`` atomically: :func:`infodiff.data.text.atomic_write_bytes` (a
+    uniquely named temporary file in the same directory, fsync, rename; the umask's
+    permissions, not mkstemp's 0600), with a full, read-only or forbidden storage reported as
+    StorageError naming ``path``. A failure leaves any previous ``path`` intact and no
+    temporary file behind. Raises StorageError or OSError."""
+    from infodiff.data import text as text_lib
+
     path = os.fspath(path)
-    tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
-                       f".{os.path.basename(path)}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     with storage_guard(path):
-        try:
-            with open(tmp, "xb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        text_lib.atomic_write_bytes(path, data)
 
 
 def clean_tmp_checkpoints(directory: str) -> list[str]:
