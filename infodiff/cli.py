@@ -19,9 +19,11 @@ import os
 import re
 import sys
 import time
+import traceback
 from typing import Callable
 
-__all__ = ["define_distributed_flags", "start_distributed", "compilation_cache_dir", "remove_damaged_cache_entries", "use_compilation_cache", "EXIT_ERROR", "EXIT_INTERRUPTED", "INTERRUPTED", "user_error_types", "one_line", "exit_on_user_error", "run", "config_flag_error",
+__all__ = ["define_distributed_flags", "start_distributed", "supervise_if_several", "compilation_cache_dir", "remove_damaged_cache_entries", "heal_unreadable_cache_entries",
+           "condense_cache_warnings", "use_compilation_cache", "EXIT_ERROR", "EXIT_INTERRUPTED", "INTERRUPTED", "user_error_types", "one_line", "exit_on_user_error", "run", "config_flag_error",
            "help_text", "HELP_FLAGS"]
 
 EXIT_ERROR = 1
@@ -53,6 +55,46 @@ def start_distributed() -> bool:
 
     f = flags.FLAGS
     return parallel.initialize(f.coordinator_address, f.num_processes, f.process_id)
+
+
+def supervise_if_several(argv: list[str]) -> int | None:
+    """A multi-process run (:func:`define_distributed_flags` or the environment), in the process
+    the user started: run ``python argv`` (the command line as given) as this process's worker
+    under :func:`infodiff.supervise.supervise` (a dead or missing process is one line on every
+    other one, exit status :data:`infodiff.supervise.EXIT_PEER`) and return this process's exit
+    status. None in a single-process run, in the worker itself, or for a bad setting (the
+    worker path reports it: :func:`start_distributed`)."""
+    from absl import flags
+
+    from infodiff import supervise
+
+    f = flags.FLAGS
+    if "coordinator_address" not in f or supervise.is_worker():
+        return None
+    try:
+        found = supervise.settings(f.coordinator_address, f.num_processes, f.process_id)
+        timeout = supervise.timeout_s()
+        if found == "cluster":
+            found = supervise.cluster_settings(timeout)
+    except Exception:  # a bad setting, or a cluster JAX cannot read: the worker path says why
+        return None
+    if found is None:
+        return None
+    return supervise.supervise(argv, *found, timeout, raw=bool(os.environ.get("INFODIFF_TRACEBACK")))
+
+
+def _leave(status: int):
+    """``sys.exit(status)``; in a supervised worker a failure exits at once instead: JAX's exit
+    handler would wait (up to 300 s) for the processes still running, which its supervisor
+    stops (infodiff/supervise.py)."""
+    if status:
+        from infodiff import supervise
+
+        if supervise.is_worker():
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+    sys.exit(status)
 
 
 COMPILATION_CACHE_ENV = "INFODIFF_COMPILATION_CACHE"
@@ -160,13 +202,125 @@ def remove_damaged_cache_entries(path: str) -> list[str]:
     return removed
 
 
+def _cache_note(msg: str) -> None:
+    """``warning: msg`` on stderr, one line, without breaking a live tqdm progress bar."""
+    try:
+        import tqdm
+
+        with tqdm.tqdm.external_write_mode(file=sys.stderr):
+            print(f"warning: {msg}", file=sys.stderr, flush=True)
+    except ImportError:
+        print(f"warning: {msg}", file=sys.stderr, flush=True)
+
+
+def _first_line(e: BaseException, limit: int = 160) -> str:
+    text = " ".join(str(e).split()) or "(no message)"
+    return f"{type(e).__name__}: {text[:limit]}{'...' if len(text) > limit else ''}"
+
+
+def _is_local_cache_dir(path: str) -> bool:
+    return path.startswith("file://") or "://" not in path
+
+
+def heal_unreadable_cache_entries() -> bool:
+    """Make JAX's persistent compilation cache remove an entry it fails to read.
+
+    Damage that leaves a well-formed file (a zlib stream of garbage, zstd magic followed by
+    garbage, a byte changed in place with the size, mtime and inode kept) passes
+    :func:`remove_damaged_cache_entries`; JAX then fails to decompress or deserialize the entry,
+    warns (three lines per entry) and compiles again, and since it never replaces an entry whose
+    file exists this repeats on every run. Here the reader JAX calls
+    (``jax._src.compilation_cache.get_executable_and_time``, jax 0.10.2) is wrapped: an entry that
+    fails is deleted (process 0 of a multi-process run only: it alone writes the cache) and
+    reported in one line naming the file; JAX then compiles the program and writes the entry
+    anew, so the next run reads it. ``jax_raise_persistent_cache_errors`` still raises (after the
+    removal), and JAX's verification errors are left to JAX. Returns whether the wrapper is in
+    place (False when this JAX has no such function: its own warnings are then shown, one line
+    each, by :func:`condense_cache_warnings`)."""
+    try:
+        import jax
+        from jax._src import compilation_cache as jcc
+        from jax._src import distributed as jax_distributed
+    except ImportError:
+        return False
+    original = getattr(jcc, "get_executable_and_time", None)
+    if original is None:
+        return False
+    if getattr(original, "_infodiff_heals", False):
+        return True
+
+    @functools.wraps(original)
+    def get_executable_and_time(cache_key, *args, **kwargs):
+        try:
+            return original(cache_key, *args, **kwargs)
+        except Exception as e:
+            if isinstance(e, getattr(jcc, "CacheVerificationError", ())):
+                raise
+            directory = jax.config.jax_compilation_cache_dir or "?"
+            entry = os.path.join(directory, f"{cache_key}-cache")
+            if getattr(jax_distributed.global_state, "process_id", 0) not in (0, None):
+                what = "left to process 0 to replace"
+            elif not _is_local_cache_dir(directory):
+                what = "not removed (not a local directory); delete it by hand"
+            else:
+                try:
+                    os.remove(entry[len("file://"):] if entry.startswith("file://") else entry)
+                    what = "removed: compiled again in this run and written anew"
+                except FileNotFoundError:
+                    what = "already removed"
+                except OSError as oe:
+                    what = f"could not be removed ({_first_line(oe, 80)}); delete it by hand"
+            _cache_note(f"compilation cache entry {entry} could not be read ({_first_line(e)}); {what}")
+            if jax.config.jax_raise_persistent_cache_errors:
+                raise
+            return None, None
+
+    get_executable_and_time._infodiff_heals = True
+    jcc.get_executable_and_time = get_executable_and_time
+    return True
+
+
+_JAX_CACHE_WARNING = re.compile(r"^Error (reading|writing) persistent compilation cache entry")
+
+
+def condense_cache_warnings() -> None:
+    """Show JAX's warnings about its persistent compilation cache (``Error reading / writing
+    persistent compilation cache entry ...``: a write that failed, e.g. on a full disk, or a read
+    :func:`heal_unreadable_cache_entries` does not see) as one line each, ``warning: ...``,
+    instead of Python's three (file:line, message, source line). Other warnings are shown as
+    before. Idempotent."""
+    import warnings
+
+    shown = warnings.showwarning
+    if getattr(shown, "_infodiff_condenses", False):
+        return
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        text = str(message)
+        if _JAX_CACHE_WARNING.match(text) and "jax" in filename.replace(os.sep, "/"):
+            after = ("the program is compiled instead" if text.startswith("Error reading")
+                     else "the compiled program is not kept for later runs")
+            _cache_note(f"{' '.join(text.split())[:400]} ({after})")
+            return
+        shown(message, category, filename, lineno, file, line)
+
+    showwarning._infodiff_condenses = True
+    warnings.showwarning = showwarning
+
+
 def use_compilation_cache() -> str | None:
     """Point JAX's persistent compilation cache at :func:`compilation_cache_dir`, after removing
     its damaged entries (:func:`remove_damaged_cache_entries`); call before the first
-    compilation. Returns the directory, or None (off, or not a writable directory: the run goes
-    on without a cache, with a one-line warning)."""
+    compilation. An entry JAX still fails to read is removed when read, in one line
+    (:func:`heal_unreadable_cache_entries`; also in a directory ``JAX_COMPILATION_CACHE_DIR``
+    names), and JAX's own cache warnings are one line each (:func:`condense_cache_warnings`).
+    Returns the directory, or None (off, JAX's own directory, or not a writable directory: the
+    run goes on without a cache, with a one-line warning)."""
     path = compilation_cache_dir()
     if path is None:
+        if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+            heal_unreadable_cache_entries()
+            condense_cache_warnings()
         return None
     try:
         os.makedirs(path, exist_ok=True)
@@ -183,6 +337,8 @@ def use_compilation_cache() -> str | None:
     import jax
 
     jax.config.update("jax_compilation_cache_dir", path)
+    heal_unreadable_cache_entries()
+    condense_cache_warnings()
     if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:  # JAX's default, 1 s, keeps
         jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_TIME_S)  # none on 2 cores
     return path
@@ -274,6 +430,9 @@ def exit_on_user_error(main: Callable) -> Callable:
     def wrapped(*args, **kwargs):
         from infodiff import interrupts
 
+        supervised = supervise_if_several(sys.orig_argv[1:])  # several processes: this one supervises
+        if supervised is not None:
+            sys.exit(supervised)
         try:
             use_compilation_cache()  # flags parsed: a rerun skips XLA compilation (same numbers)
             with interrupts.installed():  # a Ctrl-C swallowed by a gc callback still stops the driver
@@ -284,16 +443,23 @@ def exit_on_user_error(main: Callable) -> Callable:
             sys.stdout.flush()
             print(INTERRUPTED, file=sys.stderr, flush=True)
             sys.unraisablehook = _quiet_unraisable
-            sys.exit(EXIT_INTERRUPTED)
+            _leave(EXIT_INTERRUPTED)
         except Exception as e:
             if os.environ.get("INFODIFF_TRACEBACK") or not isinstance(e, user_error_types()):
+                from absl import app
+
+                from infodiff import supervise
+
+                if supervise.is_worker() and not isinstance(e, app.UsageError):
+                    traceback.print_exc()
+                    _leave(EXIT_ERROR)
                 raise
             sys.stdout.flush()
             print(one_line(e), file=sys.stderr, flush=True)
             # A failed restore / save leaves orbax / TensorStore coroutines that complain ("Event
             # loop is closed") when collected at exit: the one line above is the whole report.
             sys.unraisablehook = _quiet_unraisable
-            sys.exit(EXIT_ERROR)
+            _leave(EXIT_ERROR)
 
     return wrapped
 
@@ -416,6 +582,59 @@ class _PlainFormatter:
         return getattr(self._fmt, name)
 
 
+# What a failed write says (TensorStore's status, or the errno's name and text): a storage fault
+# infodiff reports itself, as one line naming the path and the errno (training.StorageError).
+_STORAGE_FAULT = re.compile(r"RESOURCE_EXHAUSTED|No space left on device|ENOSPC|Disk quota exceeded|EDQUOT|"
+                            r"Read-only file system|EROFS|Permission denied|EACCES|PERMISSION_DENIED")
+
+
+class _OrbaxStorageErrors:
+    """A logging filter that holds back orbax's error lines about a storage fault (a full disk,
+    a read-only or unwritable directory): a failed save logs four of them (up to 870
+    characters each, from its background threads) before infodiff's own one line
+    (``error: StorageError: cannot save a checkpoint in ...: [Errno 28] ... (ENOSPC); ...``).
+    Other records pass. The held lines are kept in ``held``; :func:`_report_held_storage_errors`
+    shows them in one line when the run nevertheless ends without an error. Not installed with
+    ``--debug``."""
+
+    def __init__(self):
+        self.held: list[str] = []
+
+    def filter(self, record) -> bool:
+        import logging
+
+        if record.levelno < logging.ERROR or f"{os.sep}orbax{os.sep}" not in (record.pathname or ""):
+            return True
+        try:
+            msg = record.getMessage()
+        except Exception:  # a bad format string: let the handler report it
+            return True
+        if not _STORAGE_FAULT.search(msg):
+            return True
+        self.held.append(" ".join(msg.split()))
+        return False
+
+
+_ORBAX_FILTER = _OrbaxStorageErrors()
+
+
+def _report_held_storage_errors(main: Callable) -> Callable:
+    """``main``, then, if it returned (no error) while orbax storage errors were held back
+    (:class:`_OrbaxStorageErrors`), one line saying so (the first, shortened)."""
+
+    @functools.wraps(main)
+    def wrapped(*args, **kwargs):
+        out = main(*args, **kwargs)
+        held = _ORBAX_FILTER.held
+        if held:
+            first = held[0] if len(held[0]) <= 300 else held[0][:300] + " ..."
+            print(f"warning: orbax logged {len(held)} storage error{'s' * (len(held) != 1)} that did not stop the "
+                  f"run (--debug shows them): {first}", file=sys.stderr, flush=True)
+        return out
+
+    return wrapped
+
+
 def _debug_flag() -> bool:
     """Remove ``--debug`` from sys.argv; with it, user errors keep their traceback
     (``INFODIFF_TRACEBACK=1``) and log lines their absl prefix."""
@@ -443,6 +662,8 @@ def run(main: Callable, default_config: str | None = None) -> None:
 
     if not _debug_flag():
         absl_logging.get_absl_handler().setFormatter(_PlainFormatter())
+        absl_logging.get_absl_handler().addFilter(_ORBAX_FILTER)  # a failed save: our one line only
+        main = _report_held_storage_errors(main)
     if any(a in HELP_FLAGS for a in sys.argv[1:]):
         print(help_text(sys.argv, sys.modules["__main__"].__doc__ or "", default_config))
         sys.exit(0)

@@ -38,6 +38,9 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from infodiff import supervise
+from infodiff.supervise import DistributedError, cluster_detected
+
 __all__ = [
     "AXES",
     "FSDP_RULES",
@@ -75,43 +78,9 @@ FSDP_RULES = (
 )
 
 
-class DistributedError(ValueError):
-    """A bad multi-process setting (address, process count or id, mesh shape): one line."""
-
-
 # ---------------------------------------------------------------------------------------------
 # Start
 # ---------------------------------------------------------------------------------------------
-def cluster_detected(environ: dict | None = None) -> str | None:
-    """The kind of multi-process job the environment describes ('slurm', 'ompi', 'tpu'), for
-    which ``jax.distributed.initialize()`` finds the coordinator itself; None otherwise (also for
-    a one-task SLURM job or a single-host TPU)."""
-    env = os.environ if environ is None else environ
-
-    def more_than_one(name):
-        try:
-            return int(env.get(name, "1")) > 1
-        except ValueError:
-            return False
-
-    if "SLURM_JOB_ID" in env and more_than_one("SLURM_NTASKS"):
-        return "slurm"
-    if more_than_one("OMPI_COMM_WORLD_SIZE"):
-        return "ompi"
-    if "," in env.get("TPU_WORKER_HOSTNAMES", ""):
-        return "tpu"
-    return None
-
-
-def _int_setting(value, name: str) -> int | None:
-    if value in (None, ""):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise DistributedError(f"{name}={value!r} is not an integer") from None
-
-
 def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
                process_id: int | None = None, environ: dict | None = None) -> bool:
     """Join a multi-process run; True if ``jax.distributed.initialize`` was called.
@@ -119,40 +88,25 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     Explicit arguments win over ``JAX_COORDINATOR_ADDRESS`` / ``JAX_NUM_PROCESSES`` /
     ``JAX_PROCESS_ID``; with neither, a detected cluster (:func:`cluster_detected`) lets JAX
     find its settings. Nothing is done for a single process (``num_processes`` 1 or nothing
-    given), so one-process runs are unchanged. Must run before any other JAX call.
+    given), so one-process runs are unchanged. Must run before any other JAX call. The
+    command-line entry points run this in the worker of :mod:`infodiff.supervise`, once every
+    process has joined; a dead or missing process is then one line, not JAX's C++ abort.
 
     Raises DistributedError (one line): an address without ``host:port``, a count < 1, an id
     outside ``[0, num_processes)``, or a count / id without an address.
     """
     env = os.environ if environ is None else environ
-    address = coordinator_address or env.get("JAX_COORDINATOR_ADDRESS") or None
-    n = _int_setting(num_processes if num_processes is not None else env.get("JAX_NUM_PROCESSES"),
-                     "num_processes")
-    pid = _int_setting(process_id if process_id is not None else env.get("JAX_PROCESS_ID"), "process_id")
-    if address is None and n is None and pid is None:
-        kind = cluster_detected(env)
-        if kind is None:
-            return False
+    found = supervise.settings(coordinator_address, num_processes, process_id, env)
+    if found is None:
+        return False
+    if found == "cluster":
         jax.distributed.initialize()
         return True
-    if n is not None and n < 1:
-        raise DistributedError(f"num_processes={n} must be >= 1")
-    if n == 1 and address is None:
-        return False
-    if address is None:
-        raise DistributedError("num_processes / process_id given without --coordinator_address=HOST:PORT "
-                               "(the address of process 0, the same for every process)")
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise DistributedError(f"coordinator_address={address!r} must be HOST:PORT (e.g. 10.0.0.1:1234)")
-    if n is None or pid is None:
-        raise DistributedError(f"coordinator_address={address!r} needs --num_processes and --process_id "
-                               "(or JAX_NUM_PROCESSES / JAX_PROCESS_ID)")
-    if not 0 <= pid < n:
-        raise DistributedError(f"process_id={pid} must be in [0, {n}) for num_processes={n}")
-    timeout = _int_setting(env.get("INFODIFF_DISTRIBUTED_TIMEOUT", "300"), "INFODIFF_DISTRIBUTED_TIMEOUT")
-    print(f"process {pid} of {n}: joining the run at {address} (waiting up to {timeout} s for all "
-          "processes; set INFODIFF_DISTRIBUTED_TIMEOUT to change)", file=sys.stderr, flush=True)
+    address, n, pid = found
+    timeout = supervise.timeout_s(env)
+    if not supervise.is_worker(env):  # else its supervisor said so
+        print(f"process {pid} of {n}: joining the run at {address} (waiting up to {timeout} s for all "
+              f"processes; set {supervise.TIMEOUT_ENV} to change)", file=sys.stderr, flush=True)
     jax.distributed.initialize(address, n, pid, initialization_timeout=timeout)
     return True
 

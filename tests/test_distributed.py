@@ -1,7 +1,8 @@
 """Multi-process runs on CPU (gloo collectives): a run's result does not depend on how it was
 launched (1 device, 1 process x 4 devices, 2 processes x 2 devices, with parameters sharded
 over fsdp), a run saved by 2 processes resumes in 1, and evaluate.py across 2 processes gives
-the single-process report.
+the single-process report; a process that dies or never joins is one line on every other one
+(infodiff/supervise.py).
 
 Each test starts its processes itself (train.py / evaluate.py with ``--coordinator_address``
 on a free local port, ``XLA_FLAGS=--xla_force_host_platform_device_count=2``), waits with a
@@ -56,15 +57,19 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def started(script: str, args: list[str], num_processes: int, devices: int, logdir: Path,
-            per_process: list[list[str]] | None = None) -> Iterator[list[subprocess.Popen]]:
+            per_process: list[list[str]] | None = None, env: dict | None = None,
+            only: list[int] | None = None) -> Iterator[list[subprocess.Popen]]:
     """``script args`` running as ``num_processes`` processes of ``devices`` CPU devices each
-    (stderr in ``logdir/<script>.<i>.err``); whatever is still running at the end is killed."""
+    (stderr in ``logdir/<script>.<i>.err``; ``env``: more variables; ``only``: start only these
+    process ids, in that order in the list yielded); whatever is still running at the end is
+    killed."""
     logdir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+               **(env or {}))
     port = _free_port()
     procs, logs = [], []
     try:
-        for i in range(num_processes):
+        for i in (range(num_processes) if only is None else only):
             extra = ([f"--coordinator_address=127.0.0.1:{port}", f"--num_processes={num_processes}",
                       f"--process_id={i}"] if num_processes > 1 else [])
             err = open(logdir / f"{Path(script).stem}.{i}.err", "w")
@@ -260,3 +265,140 @@ def test_sigterm_to_one_process_stops_every_process_at_the_same_step(tmp_path):
     assert len(steps) == 1 and steps[0] % 2 == 0 and 0 < steps[0] < 100_000, steps  # one step, a window end
     assert "done at step %d (SIGTERM)" % steps[0] in texts[0], texts[0][-1500:]
     assert "Traceback" not in texts[0] + texts[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# A process that dies or never joins (infodiff/supervise.py): one line on every other process
+# ---------------------------------------------------------------------------------------------
+# What JAX's C++ client prints when it ends a process (a check failure, Python's fault handler).
+_CPP_NOISE = re.compile(r"^(?:[EF]\d{4} \d\d:\d\d|\*\*\* Check failure|Fatal Python error|terminate called|"
+                        r"Traceback|    @ +0x)", re.M)
+
+
+def _errors(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("error:")]
+
+
+def _assert_one_line(text: str, expected: str) -> None:
+    assert _errors(text) == [expected], text[-3000:]
+    assert not _CPP_NOISE.search(text), text[-3000:]
+
+
+def _lost(k: int, n: int, script: str) -> str:
+    again = "; a training run resumes from its last checkpoint" if script == "train.py" else ""
+    return (f"error: PeerLost: process {k} of {n} died (its connection closed without an exit status: killed, e.g. "
+            f"by kill -9 or for memory, or its host went down); this process stopped too. Rerun all {n} processes "
+            f"with the same command{again}")
+
+
+def test_a_process_that_never_started_is_named_on_every_process_within_the_timeout(tmp_path):
+    """Process 1 of 3 never starts: 0 and 2 name it; a process whose coordinator never starts
+    says so. Each stops within INFODIFF_DISTRIBUTED_TIMEOUT (JAX is never started)."""
+    path, overrides = RUNS["masked"]
+    args = ["--config", path, f"--workdir={tmp_path / 'w'}", *_flags(overrides)]
+    env = {"INFODIFF_DISTRIBUTED_TIMEOUT": "5"}
+    t0 = time.time()
+    with started("train.py", args, 3, 1, tmp_path / "three", env=env, only=[0, 2]) as procs, \
+            started("train.py", args, 2, 1, tmp_path / "alone", env=env, only=[1]) as alone:
+        wait_all(procs + alone, t0 + 60)
+    elapsed = time.time() - t0
+    assert [p.returncode for p in procs + alone] == [75] * 3
+    assert elapsed < 5 + 30, elapsed
+    three = [(tmp_path / "three" / f"train.{i}.err").read_text() for i in (0, 2)]
+    port = re.search(r"at (127\.0\.0\.1:\d+)", three[0])[1]
+    for text in three:
+        _assert_one_line(text, "error: PeerMissing: process 1 of 3 did not join within 5 s (INFODIFF_DISTRIBUTED_"
+                               "TIMEOUT): start it (--process_id=1, the same command otherwise; coordinator "
+                               f"{port}) or raise the timeout")
+    text = (tmp_path / "alone" / "train.1.err").read_text()
+    port = re.search(r"at (127\.0\.0\.1:\d+)", text)[1]
+    _assert_one_line(text, f"error: PeerMissing: process 0 of 2 (the coordinator, {port}) did not answer within 5 s "
+                           "(INFODIFF_DISTRIBUTED_TIMEOUT): start it (--process_id=0, the same command otherwise) on "
+                           "that host, check --coordinator_address, or raise the timeout")
+
+
+def test_a_process_killed_mid_training_is_one_line_on_the_other(tmp_path):
+    """kill -9 of process 0 during training. It hosts JAX's coordination service, so the other
+    process's JAX client aborts at once (a C++ check failure, before this change): the survivor
+    prints one line naming process 0 and exits 75 within seconds. (Process 1 killed instead: the
+    survivor's JAX noticed only its missing heartbeats, 57-88 s later, then aborted too; the
+    supervisors' relay of a death is tested below without JAX.)"""
+    path, overrides = RUNS["masked"]
+    wd = tmp_path / "w"
+    args = ["--config", path, f"--workdir={wd}", *_flags({**overrides, "train.num_steps": 100_000,
+                                                          "train.ckpt_every": 100_000})]
+    metrics = wd / "metrics.jsonl"
+    with started("train.py", args, 2, 2, tmp_path / "logs", env={"INFODIFF_DISTRIBUTED_TIMEOUT": "60"}) as procs:
+        deadline = time.time() + TIMEOUT_S
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 2):  # training is under way
+            assert time.time() < deadline and all(p.poll() is None for p in procs), "training did not start"
+            time.sleep(0.2)
+        procs[0].kill()
+        t_kill = time.time()
+        procs[1].wait(timeout=60)
+        after = time.time() - t_kill
+    text = stderr_texts("train.py", 2, tmp_path / "logs")[1]
+    assert procs[1].returncode == 75, text[-3000:]
+    assert after < 30, after
+    _assert_one_line(text, _lost(0, 2, "train.py"))
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for t in os.listdir(f"/proc/{pid}/task")
+                for c in open(f"/proc/{pid}/task/{t}/children").read().split()]
+    except OSError:
+        return []
+
+
+_FAKE_WORKER = """
+import os, sys, time
+from infodiff import supervise
+pid, n, port, worker = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+sys.exit(supervise.supervise(["-c", worker], f"127.0.0.1:{port}", n, pid, timeout=20))
+"""
+
+
+def test_supervisors_relay_a_death_and_an_exit_status(tmp_path):
+    """Without JAX: three supervisors whose workers sleep. The supervisor of process 1 killed
+    (its worker dies with it): 0 and 2 name it at once. Process 1's worker exiting with status 3
+    while the others' run on: they name it and its status after the grace period."""
+    script = tmp_path / "fake.py"
+    script.write_text(_FAKE_WORKER)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    sleep = "import time; time.sleep(120)"
+    for case, worker1, expected in [
+        ("kill", sleep, _lost(1, 3, "fake.py")),
+        ("exit", "import sys, time; time.sleep(1); print('error: Boom: my own reason', file=sys.stderr); sys.exit(3)",
+         "error: PeerLost: process 1 of 3 stopped with exit status 3 (its own log says why); this process stopped "
+         "too. Rerun all 3 processes with the same command"),
+    ]:
+        port = _free_port()
+        procs = []
+        try:
+            for i in range(3):
+                procs.append(subprocess.Popen([sys.executable, str(script), str(i), "3", str(port),
+                                               worker1 if i == 1 else sleep], env=env, text=True,
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+            if case == "kill":
+                deadline = time.time() + 60
+                while not all(_children(p.pid) for p in procs):  # all joined, their workers started
+                    assert time.time() < deadline and all(p.poll() is None for p in procs)
+                    time.sleep(0.1)
+                procs[1].kill()
+            t0 = time.time()
+            outs = [p.communicate(timeout=60)[1] for p in procs]
+            after = time.time() - t0
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        for i in (0, 2):
+            assert procs[i].returncode == 75, (case, outs[i])
+            _assert_one_line(outs[i], expected)
+        if case == "kill":
+            assert after < 5, after
+        else:
+            assert procs[1].returncode == 3 and _errors(outs[1]) == ["error: Boom: my own reason"], outs[1]
+            assert 10 <= after < 40, after  # supervise.GRACE_S: the others may be stopping by themselves

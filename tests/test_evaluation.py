@@ -116,3 +116,33 @@ def test_unknown_mode_and_missing_workdir():
     c.eval.mode = "bogus"
     with pytest.raises(ValueError, match="eval.mode='bogus'"):
         evaluation.evaluate(c, "x")
+
+
+def test_se_calibration_flags_only_what_the_exact_values_refute():
+    """The oracle's flag of miscalibrated SEs (report_lib.se_calibration): quiet on calibrated
+    Student-t-scaled SEs over many runs of every size; raised for SEs too small (coverage),
+    too large, a bias many SEs away, and an SE of 0 that misses the exact value."""
+    rng = np.random.default_rng(0)
+    for n in (3, 16, 200, 2000):
+        for _ in range(200):
+            truth = rng.normal(size=n) * 10
+            dof = 15
+            raw = rng.uniform(0.5, 2.0, size=n)
+            se_hat = raw * np.sqrt(rng.chisquare(dof, size=n) / dof)  # a sampled SE, dof 15, t-scaled
+            est = truth + raw * rng.normal(size=n)
+            se = se_hat * 2.131449545559323 / 1.959963984540054  # t_{0.975, 15} / 1.96
+            bias_z = float(np.mean(est - truth) / (np.sqrt(np.sum(raw**2)) / n))
+            assert not report_lib.se_calibration(est, truth, se, bias_z)["miscalibrated"]
+    truth, se = np.zeros(1000), np.ones(1000)
+    small = report_lib.se_calibration(rng.normal(size=1000) * 1.5, truth, se, 0.3)
+    assert small["miscalibrated"] and small["direction"] == "too_small" and small["misses_95"] > 100, small
+    assert "the SEs are too small, the ± values under-state the error" in small["why"]
+    large = report_lib.se_calibration(rng.normal(size=1000) * 0.4, truth, se, 0.3)
+    assert large["miscalibrated"] and large["direction"] == "too_large" and "conservative" in large["why"], large
+    biased = report_lib.se_calibration(rng.normal(size=1000), truth, se, 6.0)
+    assert biased["miscalibrated"] and biased["why"].startswith("the mean bias is +6.0 of its SE"), biased
+    exact = report_lib.se_calibration(np.array([3.2452, 0.0]), np.zeros(2), np.zeros(2), float("nan"))
+    assert exact["miscalibrated"], exact
+    assert exact["why"] == "1 item has SE 0 (exact) but misses the exact value by up to 3.245 nats"
+    fine = report_lib.se_calibration(np.array([1.0 + 1e-7]), np.ones(1), np.zeros(1), float("nan"))
+    assert not fine["miscalibrated"]  # float rounding of an exact estimator

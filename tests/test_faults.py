@@ -581,3 +581,60 @@ def test_atomic_writes_are_utf8_with_the_umasks_permissions(tmp_path):
     assert (tmp_path / "report.txt").read_bytes() == "nll 1.5 ± 0.1\n".encode("utf-8")
     assert (tmp_path / "a.png").read_bytes() == b"\x89PNG"
     assert {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()} == {"report.txt": 0o640, "a.png": 0o640}
+
+
+def test_orbax_storage_error_lines_are_held_back(capsys):
+    """A failed save makes orbax log four error lines (up to 870 characters) from its threads
+    before infodiff's one-line StorageError; the CLI's log filter holds back orbax's error
+    records about a storage fault (not others, not warnings, not other modules')."""
+    import logging
+
+    def record(level, msg, path="/venv/lib/python3.11/site-packages/orbax/checkpoint/_src/futures/future.py"):
+        return logging.LogRecord("absl", level, path, 1, msg, None, None)
+
+    flt = cli._OrbaxStorageErrors()
+    full = ('[process=0][thread=array_type_handler][operation_id=3] _SignalingThread.run() raised an exception: '
+            'RESOURCE_EXHAUSTED: Error writing "ema_params.x/0" in OCDBT database at local file "/w/15/d": '
+            '[OS error 28: No space left on device]')
+    assert flt.filter(record(logging.ERROR, full)) is False
+    assert flt.filter(record(logging.ERROR, "[process=0] Save Finalize thread failed (Read-only file system)")) is False
+    assert flt.filter(record(logging.ERROR, "some other orbax error")) is True
+    assert flt.filter(record(logging.WARNING, full)) is True
+    assert flt.filter(record(logging.ERROR, full, path="/repo/infodiff/training/loop.py")) is True
+    assert len(flt.held) == 2
+    saved = cli._ORBAX_FILTER
+    try:
+        cli._ORBAX_FILTER = flt
+        assert cli._report_held_storage_errors(lambda: 7)() == 7  # the run went on: say so, in one line
+    finally:
+        cli._ORBAX_FILTER = saved
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: orbax logged 2 storage errors that did not stop the run "
+                                               "(--debug shows them): [process=0][thread=array_type_handler]"), err
+
+
+def test_cli_full_disk_is_one_line_without_orbax_logs(tmp_path, compilation_cache):
+    """train.py on a 900 kB tmpfs: the third checkpoint does not fit. stderr ends with the one
+    StorageError line; orbax's four long error lines are not shown (with --debug they are)."""
+    mnt = tmp_path / "small"
+    if not _mount_tmpfs(mnt, "900k"):
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        text8 = tmp_path / "tiny_text8"
+        text8.write_text((PHRASE * 800)[:30000])
+        cmd = [sys.executable, "train.py", "--config", "configs/masked_text.py", f"--workdir={mnt / 'wd'}",
+               f"--config.data.path={text8}", "--config.train.num_steps=30", "--config.model.num_layers=1",
+               "--config.model.num_heads=2", "--config.model.width=32", "--config.data.seq_len=16",
+               "--config.train.batch_size=8", "--config.train.log_every=5", "--config.train.ckpt_every=5",
+               "--config.train.eval_every=1000"]
+        proc = subprocess.run(cmd, cwd=REPO, env=_cli_env(compilation_cache), capture_output=True, text=True,
+                              timeout=240)
+        assert proc.returncode == cli.EXIT_ERROR, proc.stderr[-3000:]
+        lines = [ln.split("\r")[-1] for ln in proc.stderr.splitlines() if ln.strip()]
+        assert lines[-1].startswith(f"error: StorageError: cannot save a checkpoint in {mnt / 'wd' / 'checkpoints'}: "
+                                    "[Errno 28] No space left on device (ENOSPC)"), proc.stderr[-3000:]
+        assert not any("RESOURCE_EXHAUSTED" in ln or "orbax" in ln.lower().replace(".orbax-checkpoint-tmp", "")
+                       for ln in lines), proc.stderr[-3000:]
+        assert max(len(ln) for ln in lines) < 300 and "Traceback" not in proc.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=10)

@@ -250,7 +250,7 @@ def test_text_and_ratio_files(run_dir, tmp_path):
     (['{"prompt": "a", "response": "b"}', '{"prompt": "a", "a": "b", "b": "c"}'], r"bad\.jsonl:2: a ratios line"),
     (['{"prompt": "a", "answer": "b"}'], r"bad\.jsonl:1: keys \['answer', 'prompt'\]"),
     (['{"prompt": "a", "response": 3}'], r"'response' must be a string"),
-    (['{"prompt": "a", "response": "!!"}'], r"row '1': responses is empty after cleaning"),
+    (['{"prompt": "a", "response": "!!"}'], r"bad\.jsonl:1: 'response' is empty after cleaning"),
     (['{"id": "x", "prompt": "a", "response": "b"}', '{"id": "x", "prompt": "a", "response": "c"}'],
      r"bad\.jsonl:2: id 'x' was already used on line 1"),
     (['{"id": null, "prompt": "a", "response": "b"}'], r"\"id\" must be a string or an integer"),
@@ -266,6 +266,43 @@ def test_bad_input_files_are_named(run_dir, tmp_path, lines, match):
     cfg.eval.input = str(_write(tmp_path / "bad.jsonl", lines))
     with pytest.raises(ValueError, match=match):
         evaluation.evaluate(cfg, str(run_dir))
+
+
+def test_input_not_utf8_is_said_with_its_lines(tmp_path, caplog):
+    from infodiff.evaluation import inputs
+
+    f = tmp_path / "latin.txt"
+    f.write_bytes(b"hello world\nthe cat sat \xff\xfe on the mat\n\xe9t\xe9 caf\xe9 \xef\xbf\xbd\nanother line\n")
+    notes = []
+    with caplog.at_level("WARNING"):
+        kind, ids, cols = inputs.read_input(str(f), notes=notes)
+    assert ids == ["1", "2", "3", "4"] and cols["text"][2] == "\ufffdt\ufffd caf\ufffd \ufffd"  # replaced, as before
+    assert notes == [f"eval.input {f}: not UTF-8: 5 invalid byte sequences on 2 lines (lines 2, 3), each replaced "
+                     "by U+FFFD, which the text8 cleaning removes: the scored text differs there (re-encode the "
+                     "file as UTF-8, e.g. iconv -f latin1 -t utf-8)"]  # the file's own U+FFFD is not counted
+    assert notes[0] in caplog.text
+    g = tmp_path / "fine.txt"
+    g.write_bytes("caf\u00e9 \ufffd ok\n".encode())
+    notes = []
+    inputs.read_input(str(g), notes=notes)
+    assert notes == []
+
+
+@pytest.mark.parametrize("name, body, message", [
+    ("e.txt", "hello world\n1234\n\n...!!!\n?\n", r"e\.txt:4: the line is empty after cleaning to the text8 alphabet "
+     r"\(a-z and space\): nothing to score; remove the line or give it letters \(2 such lines: 4, 5\)$"),
+    ("e.jsonl", '{"prompt": "hi", "response": "there"}\n\n{"prompt": "x", "response": "!!!"}\n',
+     r"e\.jsonl:3: 'response' is empty after cleaning .*letters$"),
+    ("r.jsonl", '{"prompt": "", "a": "yes", "b": "--"}\n', r"r\.jsonl:1: 'b' is empty after cleaning"),
+])
+def test_a_text_empty_after_cleaning_names_its_file_and_line(tmp_path, name, body, message):
+    from infodiff.evaluation import inputs
+
+    f = tmp_path / name
+    f.write_text(body)
+    with pytest.raises(ValueError, match=message) as e:
+        inputs.read_input(str(f))
+    assert str(e.value).startswith(f"{f}:") and "\n" not in str(e.value)
 
 
 def test_lines_split_at_newlines_only_and_bom_accepted(run_dir, tmp_path):

@@ -173,9 +173,9 @@ PMF_SUM_TOLERANCE = 1e-6
 def load_pmf(path, max_count: int = 0) -> CountDistribution:
     """A 1-D count pmf from a JSON file ``{count: probability}`` (e.g. ``{"0": 0.5, "3": 0.5}``).
 
-    Counts: non-negative integers (JSON keys are strings: "3" is accepted, "3.5", "-1", "a" are
-    not), each at most once. Probabilities: finite and >= 0, summing to 1 within
-    PMF_SUM_TOLERANCE (then renormalised). The lattice is {0..K} with K = ``max_count`` if > 0
+    Counts: non-negative integers written with the digits 0-9 (JSON keys are strings: "3" is
+    accepted, "3.5", "-1", "a", "²" are not), each at most once. Probabilities: finite and >= 0,
+    summing to 1 within PMF_SUM_TOLERANCE (then renormalised). The lattice is {0..K} with K = ``max_count`` if > 0
     (it must be >= the largest count) else the largest count (K >= 1). Atoms of probability 0
     are kept in the support. Returns a CountDistribution named ``file:<basename>``
     (truncated_mass 0). Raises ValueError with one line naming the file for anything else
@@ -197,8 +197,9 @@ def load_pmf(path, max_count: int = 0) -> CountDistribution:
     counts, probs = [], []
     for k, v in raw.items():
         ks = str(k).strip()
-        if not ks.isdigit():
-            raise ValueError(f"pmf file {name!r}: key {k!r} is not a non-negative integer count")
+        if not (ks.isascii() and ks.isdigit()):  # str.isdigit() also takes '²', '٣', ... which int() refuses
+            raise ValueError(f"pmf file {name!r}: key {k!r} is not a non-negative integer count"
+                             + ("" if ks.isascii() else " (write counts with the digits 0-9)"))
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise ValueError(f"pmf file {name!r}: probability of count {ks} is {v!r}; need a finite number >= 0")
         counts.append(int(ks))

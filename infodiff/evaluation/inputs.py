@@ -39,27 +39,74 @@ LN2 = math.log(2.0)
 _KINDS = {("prompt", "response"): "pairs", ("a", "b", "prompt"): "ratios"}
 
 
-def read_input(path: str, unit: str = "line") -> tuple[str, list[str], dict]:
+def _decode(path: str, data: bytes, notes: list | None) -> str:
+    """The text of a user file: UTF-8 (a BOM is dropped). Bytes that are not UTF-8 are replaced
+    by U+FFFD (which the text8 cleaning then removes), with one warning naming the file, the
+    lines and the count, also appended to ``notes`` (the report's)."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        pass
+    text = data.decode("utf-8-sig", errors="replace")
+    bad, count = [], 0
+    for i, raw in enumerate(data.split(b"\n"), 1):
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            bad.append(i)  # replacement characters, less the file's own U+FFFD (bytes EF BF BD)
+            count += raw.decode("utf-8", errors="replace").count("\ufffd") - raw.count(b"\xef\xbf\xbd")
+    shown = ", ".join(map(str, bad[:8])) + (", ..." if len(bad) > 8 else "")
+    note = (f"eval.input {path}: not UTF-8: {count} invalid byte sequence{'s' * (count != 1)} on {len(bad)} "
+            f"line{'s' * (len(bad) != 1)} (line{'s' * (len(bad) != 1)} {shown}), each replaced by U+FFFD, which "
+            "the text8 cleaning removes: the scored text differs there (re-encode the file as UTF-8, e.g. "
+            "iconv -f latin1 -t utf-8)")
+    from absl import logging
+
+    logging.warning("%s", note)
+    if notes is not None:
+        notes.append(note)
+    return text
+
+
+def _check_not_empty(path: str, rows: list[tuple[int, str]], what: str) -> None:
+    """ValueError naming the file and line of the first text that is empty after the text8
+    cleaning (e.g. only punctuation): there is nothing to score."""
+    empty = [i for i, t in rows if not scoring.clean(t)[0]]
+    if empty:
+        more = (f" ({len(empty)} such lines: {', '.join(map(str, empty[:10]))}{', ...' if len(empty) > 10 else ''})"
+                if len(empty) > 1 else "")
+        where, fix = ((f"{path}:{empty[0]}", "remove the line or give it letters") if empty[0]
+                      else (path, "give it letters"))
+        raise ValueError(f"{where}: {what} is empty after cleaning to the text8 alphabet (a-z and space): "
+                         f"nothing to score; {fix}{more}")
+
+
+def read_input(path: str, unit: str = "line", notes: list | None = None) -> tuple[str, list[str], dict]:
     """(kind 'text' | 'pairs' | 'ratios', row ids, columns {name: list of str}) of a user file.
 
+    The file is read as UTF-8; bytes that are not are replaced by U+FFFD with a one-line warning
+    naming the file, its lines and the count (appended to ``notes`` when given).
     Raises FileNotFoundError for a missing file; ValueError (naming the file and line) for an
     unknown extension or unit, a line that is not a JSON object, missing or non-string fields,
-    lines of different kinds, or a file with no rows."""
+    lines of different kinds, a text to score (a .txt line, a response, a or b) that is empty
+    after the text8 cleaning, or a file with no rows."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"eval.input: file not found: {path!r}")
     if unit not in INPUT_UNITS:
         raise ValueError(f"config.eval.input_unit={unit!r}; choose from {INPUT_UNITS}")
     ext = os.path.splitext(path)[1].lower()
-    with open(path, encoding="utf-8-sig", errors="replace", newline="") as f:
-        text = f.read()
+    with open(path, "rb") as f:
+        text = _decode(path, f.read(), notes)
     # lines end at \n (or \r\n) only: other Unicode line breaks stay inside a line or string
     lines = [ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")]
     if ext == ".txt":
         if unit == "file":
+            _check_not_empty(path, [(0, text)], "the file")  # line 0: the whole file
             return "text", ["file"], {"text": [text]}
         rows = [(str(i + 1), ln) for i, ln in enumerate(lines) if ln.strip()]
         if not rows:
             raise ValueError(f"eval.input {path!r} has no non-empty lines")
+        _check_not_empty(path, [(int(r[0]), r[1]) for r in rows], "the line")
         return "text", [r[0] for r in rows], {"text": [r[1] for r in rows]}
     if ext != ".jsonl":
         raise ValueError(f"eval.input {path!r}: unknown format {ext or '(no extension)'!r}; use .txt (one "
@@ -67,7 +114,7 @@ def read_input(path: str, unit: str = "line") -> tuple[str, list[str], dict]:
     if unit != "line":
         raise ValueError("config.eval.input_unit='file' applies to .txt inputs only")
     kind, ids, cols = None, [], {}
-    seen = {}
+    seen, line_of = {}, []
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -96,8 +143,12 @@ def read_input(path: str, unit: str = "line") -> tuple[str, list[str], dict]:
             raise ValueError(f"{path}:{i}: id {rid!r} was already used on line {seen[str(rid)]}")
         seen[str(rid)] = i
         ids.append(str(rid))
+        line_of.append(i)
     if kind is None:
         raise ValueError(f"eval.input {path!r} has no rows")
+    for name in ("response", "a", "b"):
+        if name in cols:
+            _check_not_empty(path, list(zip(line_of, cols[name])), f"{name!r}")
     return kind, ids, cols
 
 
@@ -227,7 +278,8 @@ def evaluate_input(config, workdir: str) -> tuple[dict, str]:
         return _evaluate_counts(config, workdir, t0)
     ev = config.eval
     path = str(ev.input)
-    kind, ids, cols = read_input(path, str(ev.input_unit))
+    read_notes: list = []
+    kind, ids, cols = read_input(path, str(ev.input_unit), notes=read_notes)
     run = scoring.load_run(workdir, config=config)
     out_dir = _out_dir(workdir, path)
     rows, summary = [], {}
@@ -283,6 +335,8 @@ def evaluate_input(config, workdir: str) -> tuple[dict, str]:
     rep = _report(config, kind, quantity, {"item": "row", "nll": "nats per row"}, path, len(ids), workdir,
                   run.checkpoint_step, run.seq_len, est, summary, run.task.process_info(run.process), cleaning,
                   rows, out_dir, t0)
+    if read_notes:
+        rep.setdefault("notes", []).extend(read_notes)
     if tse is not None:
         rep.update(target_se=tse, target_se_reached=bool(est.info["target_se_reached"]),
                    max_samples_per_window=int(est.info["max_samples"]))

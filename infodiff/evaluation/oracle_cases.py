@@ -180,6 +180,45 @@ def text_case(config, schedule, kind: str) -> OracleCase:
     return case
 
 
+def _oracle_proposal(config, th, dist, x_counts, x, scaling) -> tuple[tuple, str | None]:
+    """(loc, scale, clip) of the oracle's log-SNR proposal and a note when it is not the one the
+    config asks for. ``eval.proposal='auto'`` fits the proposal to the spread of the sampled
+    examples (:func:`poisson.suggest_logistic`); a law with one atom has none. There
+    -log p(x) = 0 and the exact denoiser returns x at every SNR, so the sampled integrand is 0;
+    what remains is the lattice-rounding tail above the proposal's top (the ``recon`` term), 0
+    only once the lattice is resolved. So the proposal is suggest_logistic's v2 recipe with the
+    plateau [a_hi - 1, a_hi], a_hi = log(E X / spacing^2) + 2 (its top, a_hi + 6, lies above the
+    resolution of the lattice; the paper's (-1, 5, 4) ends at alpha 19 and gave 3.2 nats for a
+    point mass at 10^6), with a one-line note. A law with several atoms whose sample happens to
+    hold one value is a ValueError naming the file (or law) and what to change."""
+    ev, d = config.eval, config.data
+    mean = x.mean(0)
+    if str(ev.proposal) not in ("auto", "auto_v1") or ((x.var(0) > 0) & (mean > 0)).any():
+        return th.poisson_proposal(config, x, scaling, "eval"), None
+    source = f"pmf file {str(d.path)!r}" if d.path else f"config.data.distribution={dist.name!r}"
+    atoms = np.asarray(dist.support)[np.asarray(dist.probs) > 0]
+    value = ", ".join(str(int(v)) for v in np.asarray(x_counts)[0])
+    if len(atoms) != 1:
+        raise ValueError(f"{source}: all {len(x)} sampled examples are count {value}, so eval.proposal="
+                         f"{str(ev.proposal)!r} has no spread to fit the log-SNR proposal to; raise "
+                         "config.eval.num_examples or give --config.eval.proposal=paper")
+    if not (mean > 0).any():  # every coordinate 0 on a lattice from 0: the loss is 0 at any SNR
+        prop, why = (-1.0, 5.0, 4.0), "the paper's (the loss of x = 0 is 0 at every SNR)"
+    else:
+        a_hi = float(np.median(np.log(mean[mean > 0] / scaling.spacing**2))) + 2.0
+        a_lo, scale = a_hi - 1.0, 2.0
+        loc = 0.5 * (a_lo + a_hi) + 0.5 * scale
+        clip = max((loc - (a_lo - 10.0)) / scale, (a_hi + 6.0 - loc) / scale)
+        prop, why = (loc, scale, clip), f"its top, log-SNR {loc + clip * scale:.1f}, lies where the lattice is resolved"
+    note = (f"{source} has one atom (count {value}, probability 1): -log p(x) = 0 and the exact denoiser is exact "
+            f"at every SNR, so eval.proposal={str(ev.proposal)!r} has no spread to fit; using (loc, scale, clip) = "
+            f"({prop[0]:.2f}, {prop[1]:.2f}, {prop[2]:.2f}): {why}")
+    from absl import logging
+
+    logging.warning("%s", note)
+    return prop, note
+
+
 def poisson_case(config, task_helpers) -> OracleCase:
     """The exact posterior mean of ``data.distribution`` (``data.dim`` iid coordinates, scaled to
     [low, high]) as the denoiser: the Monte Carlo NLL of ``eval.num_examples`` fresh samples
@@ -201,11 +240,12 @@ def poisson_case(config, task_helpers) -> OracleCase:
         exact = -dist.log_prob(x_counts)
     h = th.synthetic_entropy(config, dist)
     key = jax.random.key(int(ev.seed))
-    prop = th.poisson_proposal(config, x, scaling, "eval")
+    prop, prop_note = _oracle_proposal(config, th, dist, x_counts, x, scaling)
     process = th.poisson_estimation_process(config, scaling, prop, jax.random.fold_in(key, 0))
     case = OracleCase(name=dist.name, x=x, truth_x=exact,
                       estimators=[OracleEstimator(process, orc, key, conditional=False, ratio=False)],
                       process_info={"name": "poisson", "sampler": str(ev.sampler), "proposal": list(prop),
+                                    **({"proposal_note": prop_note} if prop_note else {}),
                                     "se_method": process.se_method, "channel_defensive": process.z_defensive},
                       units={"item": "example", "nll": "nats per example"},
                       info={"distribution": dist.name, "pmf_file": (os.path.abspath(str(d.path)) if d.path else None),

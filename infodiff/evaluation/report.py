@@ -45,8 +45,14 @@ INPUT_KEYS = ("quantity", "input", "workdir", "checkpoint_step", "params", "mode
 ROW_KEYS = ("estimator", "mean_estimate", "mean_exact", "bias", "bias_stderr", "bias_z",
             "max_abs_z_per_sequence", "per_sample_std", "per_sample_variance", "variance_per_forward_pass",
             "stderr_at_1024_forward_passes", "terms", "num_samples", "forward_passes", "infinite_variance",
-            "se_method", "se_note", "exact", "min_samples", "few_samples", "coverage_95", "mean_z2")
+            "se_method", "se_note", "exact", "min_samples", "few_samples", "coverage_95", "mean_z2",
+            "se_calibration")
 TERMS = ("diffusion", "prior", "recon", "total")
+# An oracle row's SEs are flagged as miscalibrated when a test of calibration (coverage, bias)
+# rejects at this level (two-sided): about 5 sigma, so that over the <= 20 rows of a report
+# calibrated estimators are flagged by chance with probability about 4e-5.
+SE_CHECK_P = 1e-6
+SE_CHECK_EXACT_TOL = 1e-3  # an SE of 0 claims exactness: |estimate - exact| <= this x max(1, |exact|)
 
 
 def env() -> dict:
@@ -90,6 +96,64 @@ def se_fields(est) -> dict:
             "few_samples": bool(est.few_samples)}
 
 
+def se_calibration(estimate: np.ndarray, truth: np.ndarray, stderr: np.ndarray, bias_z: float) -> dict:
+    """Whether an oracle row's standard errors are shown by the exact values to be wrong.
+
+    Tests (each two-sided at :data:`SE_CHECK_P`), on the items with SE > 0: (1) coverage: the
+    count k of items with |estimate - exact| > 1.96 SE is Binomial(n, 0.05) when the per-item
+    SEs are calibrated (they are Student-t scaled for this: ``likelihood.T_SCALING``); a k far
+    above 0.05 n means the SEs are too small (the +- values under-state the error), far below
+    that they are too large (conservative). Coverage is used rather than the mean z², whose
+    variance is infinite for t-distributed z at the SE's few degrees of freedom (one item with a
+    small sampled SE moves it arbitrarily). (2) bias: ``bias_z`` (the mean bias over its Monte
+    Carlo SE) is N(0, 1) for an unbiased estimator with a calibrated SE. And on the items with
+    SE = 0 (the estimator claims to be exact): |estimate - exact| <= :data:`SE_CHECK_EXACT_TOL`
+    x max(1, |exact|). Returns ``{"miscalibrated", "direction" ('too_small' | 'too_large' |
+    None), "why" (one sentence, or None), "items", "misses_95", "expected_misses_95",
+    "coverage_p_value", "bias_p_value", "threshold_p"}`` (p-values None where not tested)."""
+    from scipy import special
+
+    err = np.asarray(estimate, np.float64) - np.asarray(truth, np.float64)
+    se = np.asarray(stderr, np.float64)
+    pos = se > 0
+    n = int(pos.sum())
+    out = {"miscalibrated": False, "direction": None, "why": None, "items": n, "misses_95": None,
+           "expected_misses_95": 0.05 * n, "coverage_p_value": None, "bias_p_value": None,
+           "threshold_p": SE_CHECK_P}
+    whys = []
+    if n:
+        k = int(np.sum(np.abs(err[pos]) > 1.959963984540054 * se[pos]))
+        p_hi = float(special.bdtrc(k - 1, n, 0.05)) if k > 0 else 1.0  # P(K >= k)
+        p_lo = float(special.bdtr(k, n, 0.05))  # P(K <= k)
+        p = min(1.0, 2.0 * min(p_hi, p_lo))
+        out.update(misses_95=k, coverage_p_value=p)
+        if p < SE_CHECK_P:
+            small = k > 0.05 * n
+            out["direction"] = "too_small" if small else "too_large"
+            z2 = float(np.mean((err[pos] / se[pos]) ** 2))
+            whys.append(f"{k} of {n} items lie outside ±1.96 SE (a calibrated SE: {0.05 * n:.0f} ± "
+                        f"{math.sqrt(n * 0.0475):.0f}; p = {p:.1e}; mean z² {z2:.2f}): the SEs are "
+                        + ("too small, the ± values under-state the error" if small else "too large (conservative)"))
+    if math.isfinite(bias_z):
+        pb = float(special.erfc(abs(bias_z) / math.sqrt(2.0)))
+        out["bias_p_value"] = pb
+        if pb < SE_CHECK_P:
+            out["direction"] = out["direction"] or "too_small"
+            whys.append(f"the mean bias is {bias_z:+.1f} of its SE (p = {pb:.1e}): biased, or the SE too small")
+    if (~pos).any():
+        t = np.asarray(truth, np.float64)[~pos]
+        off = np.abs(err[~pos]) > SE_CHECK_EXACT_TOL * np.maximum(1.0, np.abs(t))
+        if off.any():
+            out["direction"] = out["direction"] or "too_small"
+            k0 = int(off.sum())
+            whys.append(f"{k0} item{'s' * (k0 != 1)} ha{'ve' if k0 != 1 else 's'} SE 0 (exact) but miss"
+                        f"{'' if k0 != 1 else 'es'} the exact value by up to "
+                        f"{float(np.max(np.abs(err[~pos]))):.4g} nats")
+    if whys:
+        out.update(miscalibrated=True, why="; ".join(whys))
+    return out
+
+
 def oracle_row(est, truth: np.ndarray, budget: int = 1024) -> dict:
     """One estimator against the exact values: bias and its SE, per-sample spread (nats), and the
     calibration of the per-item SEs: ``coverage_95`` = fraction of items with |estimate - exact|
@@ -114,6 +178,8 @@ def oracle_row(est, truth: np.ndarray, budget: int = 1024) -> dict:
         "max_abs_z_per_sequence": float(np.max(np.abs(z))) if pos else float("nan"),
         "coverage_95": float(np.mean(np.abs(z) <= 1.96)) if pos else float("nan"),
         "mean_z2": float(np.mean(z**2)) if pos else float("nan"),
+        "se_calibration": se_calibration(est.mean, truth, est.stderr,
+                                         float(bias.mean() / bias_se) if bias_se > 0 else float("nan")),
         "per_sample_std": math.sqrt(var_sample),
         "per_sample_variance": var_sample,
         "variance_per_forward_pass": var_sample * fp_per_sample,
@@ -178,14 +244,17 @@ def _fmt_opt(v, spec: str) -> str:
 def _rows_table(items) -> str:
     headers = ["estimator", "estimate", "exact", "bias ± SE", "z", "sd/sample", "var/fwd", "SE@1024",
                "SE method", "cover95", "mean z²"]
+    flagged = [x for x in items if (x.get("se_calibration") or {}).get("miscalibrated")]
     rows = [[x["estimator"] + (" (inf. var.)" if x["infinite_variance"] else "")
-             + (" (exact)" if x["exact"] else "") + (" (few samples)" if x["few_samples"] else ""),
+             + (" (exact)" if x["exact"] else "") + (" (few samples)" if x["few_samples"] else "")
+             + (" (SE MISCALIBRATED)" if any(x is f for f in flagged) else ""),
              f"{x['mean_estimate']:.4f}", f"{x['mean_exact']:.4f}",
-             f"{x['bias']:+.4f} ± {x['bias_stderr']:.4f}", f"{x['bias_z']:+.2f}",
+             f"{x['bias']:+.4f} ± {x['bias_stderr']:.4f}", _fmt_opt(x["bias_z"], "+.2f"),
              f"{x['per_sample_std']:.3f}", f"{x['variance_per_forward_pass']:.3f}",
              f"{x['stderr_at_1024_forward_passes']:.4f}", x.get("se_method", "iid"),
              _fmt_opt(x.get("coverage_95"), ".3f"), _fmt_opt(x.get("mean_z2"), ".2f")] for x in items]
-    return table(headers, rows)
+    return table(headers, rows) + "".join(f"\nwarning: {x['estimator']}: SE miscalibrated: {x['se_calibration']['why']}"
+                                          for x in flagged)
 
 
 def _format_oracle(r: dict) -> str:
