@@ -11,8 +11,11 @@
   python evaluate.py --config configs/oracle_poisson.py --config.data.path=pmf.json   # {count: probability}
 
 Prints the table, then writes report.json (schema in docs/report.md) and report.txt into the
-workdir (or config.eval.output_dir in oracle mode), atomically. The newest checkpoint that passes
-verification is evaluated (a corrupted newer one is named in a warning and skipped). Errors
+workdir (or config.eval.output_dir in oracle mode; with eval.input W/scores/<file>/ with the
+rows.* files), as one unit (both from this run or both from the previous one, even after a
+kill -9). The newest checkpoint that passes verification is evaluated (a corrupted newer one is
+named in a warning and skipped; one that a training run writing the workdir deletes while it is
+read is not: the checkpoints are listed again). Errors
 (including a read-only or full output directory, after the table is printed) are one line on
 stderr and exit status 1.
 """

@@ -401,6 +401,8 @@ def test_poisson_counts_file(poisson_run, tmp_path):
     c.eval.input = str(f)
     rep, out = evaluation.evaluate(c, str(d))
     assert rep["input"]["format"] == "counts" and rep["input"]["rows"] == 4 and "cleaning" not in rep
+    assert not Path(out).exists()  # nothing is written before the report is printed
+    evaluation.write_report(rep, out)  # rows.* with the report, as one unit
     rows = [json.loads(x) for x in (Path(out) / "rows.jsonl").read_text().splitlines()]
     assert all(r["se"] > 0 and np.isfinite(r["value"]) for r in rows) and rows[0]["dims"] == 1
     assert "bits per dimension" in evaluation.format_report(rep)

@@ -30,7 +30,6 @@ import numpy as np
 from infodiff import scoring
 from infodiff.evaluation import plots
 from infodiff.evaluation import report as report_lib
-from infodiff.training import workdir as workdir_lib
 
 __all__ = ["read_input", "evaluate_input", "INPUT_UNITS"]
 
@@ -255,22 +254,25 @@ def _report(config, kind, quantity, units, path, n_rows, workdir, step, model_le
            "forward_passes": int(passes), **se, "summary": summary, "rows_preview": rows[:10]}
     if cleaning is not None:
         rep["cleaning"] = cleaning
-    files = _write_rows(out_dir, rows)
-    png = os.path.join(out_dir, "rows.png")
+    attachments = _rows_files(rows)
+    buf = io.BytesIO()
     try:
-        plots.input_rows_png(png, rows, kind, quantity, units.get("bits", "bits per character"))
-        files.append(png)
+        plots.input_rows_png(buf, rows, kind, quantity, units.get("bits", "bits per character"))
+        attachments["rows.png"] = buf.getvalue()
     except (OSError, ValueError) as e:
-        rep["plot_notes"] = [f"rows.png not written: {e}"]
+        rep["plot_notes"] = [f"rows.png not drawn: {e}"]
+    files = [os.path.join(out_dir, name) for name in attachments]
     rep["files"] = files
-    rep["plots"] = [png] if png in files else []
+    rep["plots"] = [p for p in files if p.endswith(".png")]
     rep.update(report_lib.common(config, int(ev.seed), t0))
-    return rep
+    return report_lib.Report(rep, attachments=attachments)
 
 
 def evaluate_input(config, workdir: str) -> tuple[dict, str]:
-    """Score ``config.eval.input`` with the run in ``workdir``; returns (report, output dir) and
-    writes rows.jsonl, rows.csv and rows.png there (the caller writes the report)."""
+    """Score ``config.eval.input`` with the run in ``workdir``; returns (report, output dir).
+    Writes nothing: the report (a :class:`report.Report`) carries rows.jsonl, rows.csv and
+    rows.png, written with report.json and report.txt as one unit by the caller
+    (:func:`report.write_report`), after it has printed the table."""
     from infodiff import tasks
 
     t0 = time.time()
@@ -360,14 +362,11 @@ def _totals(est, chars) -> dict:
             "characters": n, "bits_per_char": total / (n * LN2), "bits_per_char_stderr": total_se / (n * LN2)}
 
 
-def _write_rows(out_dir: str, rows: list[dict]) -> list[str]:
-    with workdir_lib.storage_guard(out_dir, "create"):
-        os.makedirs(out_dir, exist_ok=True)
-    jpath, cpath = os.path.join(out_dir, "rows.jsonl"), os.path.join(out_dir, "rows.csv")
-    workdir_lib.atomic_write_text(jpath, "".join(json.dumps(report_lib.strict_json(r)) + "\n" for r in rows))
+def _rows_files(rows: list[dict]) -> dict:
+    """rows.jsonl and rows.csv as bytes (written with the report, as one unit: report.write_report)."""
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(rows[0]))
     w.writeheader()
     w.writerows(rows)
-    workdir_lib.atomic_write_text(cpath, buf.getvalue())
-    return [jpath, cpath]
+    return {"rows.jsonl": "".join(json.dumps(report_lib.strict_json(r)) + "\n" for r in rows).encode("utf-8"),
+            "rows.csv": buf.getvalue().encode("utf-8")}

@@ -24,15 +24,18 @@ def _pyplot():
     return plt
 
 
-def _save(fig, path: str) -> None:
+def _save(fig, path) -> None:
     """Write ``fig`` to ``path`` (process 0 only in a multi-process run), atomically (a run
     killed while drawing leaves the previous figure, never a cut-short one), and close it. The
-    format is the path's extension (png by default). Raises StorageError or OSError."""
+    format is the path's extension (png by default). ``path`` may be a binary file object
+    (png, every process: the caller writes the bytes). Raises StorageError or OSError."""
     from infodiff import parallel
     from infodiff.training import workdir as workdir_lib
 
     try:
-        if parallel.is_primary():
+        if hasattr(path, "write"):
+            fig.savefig(path, dpi=110, format="png")
+        elif parallel.is_primary():
             buf = io.BytesIO()
             fig.savefig(buf, dpi=110, format=os.path.splitext(path)[1][1:] or "png")
             workdir_lib.atomic_write_bytes(path, buf.getvalue())
@@ -241,8 +244,9 @@ def training_curves_png(path: str, metrics_jsonl_path: str, units: dict | None =
     return path
 
 
-def input_rows_png(path: str, rows: list[dict], kind: str, quantity: str, bits: str = "bits per character") -> None:
-    """The rows of a scored input file (:mod:`infodiff.evaluation.inputs`): for documents and
+def input_rows_png(path, rows: list[dict], kind: str, quantity: str, bits: str = "bits per character") -> None:
+    """The rows of a scored input file (:mod:`infodiff.evaluation.inputs`; ``path`` a file name
+    or a binary file object): for documents and
     responses a histogram of bits per character and each row's NLL (nats) +- 2 SE against its
     length (counts: against the row); for ratios each row's coupled log-ratio +- 2 SE, with the decoupled +- 2 SE beside it."""
     plt = _pyplot()

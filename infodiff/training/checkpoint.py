@@ -20,6 +20,12 @@ is used (:func:`newest_verified`); nothing is deleted automatically (a writer mo
 checkpoints newer than the one it resumes from into ``checkpoints.corrupt/``, so that its own
 saves and ``keep_checkpoints`` never touch them).
 
+Readers beside a writer. A reader (evaluation, :func:`load_checkpoint`) takes no lock and never
+creates, moves or deletes anything; a training run writing the same workdir may delete the
+checkpoints it listed (``keep_checkpoints``) while it reads them. A checkpoint whose directory
+is gone after a failed read was deleted, not damaged: the reader lists again and retries
+(:func:`_read`), and only a failure whose directory stays is reported as damage.
+
 Every read of a checkpoint goes through :func:`restore_checkpoint` (resume, evaluation,
 experiments, the Poisson evaluator), so a bad checkpoint is always the same one-line
 :class:`CheckpointError` naming the file and the step, and a config that does not fit the
@@ -32,6 +38,7 @@ import gc
 import hashlib
 import json
 import os
+import time
 from typing import Any, Callable, Mapping
 
 import jax
@@ -271,9 +278,14 @@ def _verify_files(step_dir: str, step: int) -> None:
                               f"({_one_line(e)})", step, path) from e
     for rel, digest in sorted(files.items()):
         p = os.path.join(step_dir, rel)
-        if not os.path.exists(p):
-            raise CheckpointError(f"checkpoint step {step}: file {p} is missing", step, p)
-        if _file_sha256(p) != digest:
+        try:
+            ok = _file_sha256(p) == digest
+        except FileNotFoundError:
+            raise CheckpointError(f"checkpoint step {step}: file {p} is missing", step, p) from None
+        except OSError as e:
+            raise CheckpointError(f"checkpoint step {step}: file {p} cannot be read ({_one_line(e)})",
+                                  step, p) from e
+        if not ok:
             raise CheckpointError(f"checkpoint step {step}: file {p} does not match the checksum "
                                   "written at save (corrupted or truncated)", step, p)
 
@@ -415,8 +427,20 @@ def newest_verified(mngr: ocp.CheckpointManager, abstract_state: Any = None,
     failures)``, trying ``steps`` (default all) newest first; ``failures`` are the
     CheckpointErrors of the newer ones (each also logged as a warning). ``(None, None, None,
     failures)`` if none passes. ``check_meta(step, meta)`` runs before the state is read (e.g.
-    :func:`check_resumable`); its errors, and ConfigMismatchError, propagate."""
-    failures = []
+    :func:`check_resumable`); its errors, and ConfigMismatchError, propagate.
+
+    A checkpoint whose directory is gone after its read failed was deleted while it was read
+    (a live writer's ``keep_checkpoints``): it is not a failure (logged at info level)."""
+    step, state, meta, failures, _ = _newest_verified(mngr, abstract_state, config_dict, steps, check_meta)
+    for e in failures:
+        log(logging.warning, "skipping a bad checkpoint: %s", e)
+    return step, state, meta, failures
+
+
+def _newest_verified(mngr, abstract_state=None, config_dict=None, steps=None, check_meta=None):
+    """:func:`newest_verified` without logging the failures: ``(step, state, meta, failures,
+    vanished)``; ``vanished`` are the steps whose directory disappeared after a failed read."""
+    failures, vanished = [], []
     for step in sorted(mngr.all_steps() if steps is None else steps, reverse=True):
         try:
             _, meta = restore_checkpoint(mngr, step)
@@ -425,11 +449,15 @@ def newest_verified(mngr: ocp.CheckpointManager, abstract_state: Any = None,
             state = None
             if abstract_state is not None:
                 state, meta = restore_checkpoint(mngr, step, abstract_state, config_dict)
-            return step, state, meta, failures
+            return step, state, meta, failures, vanished
         except CheckpointError as e:
-            failures.append(e)
-            log(logging.warning, "skipping a bad checkpoint: %s", e)
-    return None, None, None, failures
+            if os.path.isdir(_step_dir(mngr, step)):
+                failures.append(e)
+            else:
+                vanished.append(step)
+                log(logging.info, "checkpoint step %d was deleted while it was read (a live writer's "
+                    "keep_checkpoints); not a failure", step)
+    return None, None, None, failures, vanished
 
 
 def quarantine(mngr: ocp.CheckpointManager, steps: list[int]) -> list[str]:
@@ -458,32 +486,112 @@ def quarantine(mngr: ocp.CheckpointManager, steps: list[int]) -> list[str]:
     return out
 
 
+# A reader beside a live writer (evaluate.py while train.py saves): the writer's keep_checkpoints
+# may delete a listed checkpoint while it is read. The reader lists again and retries, at most
+# this many times; a directory still there after a failed read is given this long to finish
+# disappearing (a deletion is not atomic) before the failure counts as damage.
+_READ_ATTEMPTS = 30
+_DELETION_GRACE_S = 2.0
+
+
+def _list_steps(directory: str) -> ocp.CheckpointManager:
+    """A reader's manager of ``directory``, listed now: it never saves, so it never creates,
+    deletes or moves anything (no ``max_to_keep``, no clean-up of temporary directories), and
+    takes no lock. Retries a listing that raced with a deletion."""
+    options = ocp.CheckpointManagerOptions(create=False)
+    for attempt in range(5):
+        try:
+            return ocp.CheckpointManager(directory, item_names=_ITEMS, options=options)
+        except (OSError, ValueError):
+            if attempt == 4:
+                raise
+            time.sleep(0.05)
+    raise AssertionError("unreachable")
+
+
+def _present(mngr, steps: list[int], grace_s: float) -> set[int]:
+    """Those of ``steps`` whose directory is still there after up to ``grace_s`` seconds (a
+    deletion in progress, e.g. orbax's rmtree, leaves a half-empty directory for a while)."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        present = {s for s in steps if os.path.isdir(_step_dir(mngr, s))}
+        if len(present) < len(set(steps)) or time.monotonic() >= deadline:
+            return present
+        time.sleep(0.05)
+
+
+def _agree(step: int | None, vanished: int) -> tuple[bool, bool]:
+    """``(every process found this same step, some process saw a deletion or another step)``;
+    ``(step is not None, vanished > 0)`` in a single process. The same answer on every process
+    (a gather: every process calls it once per attempt), so all retry or stop together."""
+    if jax.process_count() == 1:
+        return step is not None, vanished > 0
+    from jax.experimental import multihost_utils
+
+    mine = np.array([-1 if step is None else int(step), int(vanished)], np.int64)
+    every = np.asarray(multihost_utils.process_allgather(mine)).reshape(jax.process_count(), 2)
+    same = bool(np.all(every[:, 0] == every[0, 0]))
+    return same and every[0, 0] >= 0, bool(np.any(every[:, 1] > 0)) or not same
+
+
 def _read(workdir: str, step: int | None, abstract_fn, config_dict=None) -> tuple[Any, dict]:
+    """Read checkpoint ``step`` (default: the newest that passes verification) as a reader: no
+    lock taken, nothing created, moved or deleted. A live writer may delete listed checkpoints
+    meanwhile (``keep_checkpoints``): the reader lists again and retries (:data:`_READ_ATTEMPTS`),
+    and a deleted checkpoint is never reported as a damaged one."""
     directory = os.path.join(os.path.abspath(os.fspath(workdir)), CKPT_DIR)
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"no checkpoints in {os.fspath(workdir)!r} (expected {directory})")
-    mngr = ocp.CheckpointManager(directory, item_names=_ITEMS,
-                                 options=ocp.CheckpointManagerOptions(create=False))
-    try:
-        steps = mngr.all_steps()
-        if not steps or (step is not None and step not in steps):
-            raise FileNotFoundError(
-                f"checkpoint step {step if step is not None else 'latest'} not found in {directory} "
-                f"(available: {sorted(steps)})"
-            )
-        abstract = abstract_fn() if abstract_fn is not None else None
-        if step is not None:
-            return restore_checkpoint(mngr, int(step), abstract, config_dict)
-        found, state, meta, failures = newest_verified(mngr, abstract, config_dict)
-        if found is None:
+    abstract = None
+    for attempt in range(_READ_ATTEMPTS):
+        mngr = _list_steps(directory)
+        try:
+            steps = mngr.all_steps()
+            if not steps or (step is not None and step not in steps):
+                raise FileNotFoundError(
+                    f"checkpoint step {step if step is not None else 'latest'} not found in {directory} "
+                    f"(available: {sorted(steps)})"
+                )
+            if abstract is None and abstract_fn is not None:
+                abstract = abstract_fn()
+            if step is not None:
+                try:
+                    return restore_checkpoint(mngr, int(step), abstract, config_dict)
+                except CheckpointError:
+                    if _present(mngr, [int(step)], _DELETION_GRACE_S):
+                        raise
+                    raise FileNotFoundError(
+                        f"checkpoint step {step} in {directory} was deleted while it was read (a "
+                        "training run writing there keeps only its newest train.keep_checkpoints): "
+                        "evaluate the newest checkpoint (no step) or a copy of the workdir") from None
+            found, state, meta, failures, vanished = _newest_verified(mngr, abstract, config_dict)
+            if found is None and failures:  # damaged, or still being deleted?
+                present = _present(mngr, [e.step for e in failures], _DELETION_GRACE_S)
+                vanished += [e.step for e in failures if e.step not in present]
+                failures = [e for e in failures if e.step in present]
+            done, retry = _agree(found, len(vanished))
+            if done:
+                for e in failures:
+                    log(logging.warning, "skipping a bad checkpoint: %s", e)
+                if failures:
+                    log(logging.warning, "using checkpoint step %d, the newest that passes verification "
+                        "(%d newer skipped, not deleted)", found, len(failures))
+                return state, meta
+            if retry:
+                log(logging.info, "checkpoints %s of %s were deleted while they were read (a live "
+                    "writer): listing again (attempt %d)", sorted(vanished), directory, attempt + 1)
+                continue
+            for e in failures:
+                log(logging.warning, "skipping a bad checkpoint: %s", e)
             raise CheckpointError(f"no checkpoint in {directory} passes verification: "
                                   + "; ".join(str(e) for e in failures), failures[0].step, directory)
-        if failures:
-            log(logging.warning, "using checkpoint step %d, the newest that passes verification (%d newer "
-                "skipped, not deleted)", found, len(failures))
-        return state, meta
-    finally:
-        mngr.close()
+        finally:
+            mngr.close()
+    raise CheckpointError(
+        f"the checkpoints in {directory} were deleted faster than they could be read ({_READ_ATTEMPTS} "
+        "attempts): a training run writing there keeps only its newest train.keep_checkpoints; "
+        "evaluate when it has finished, raise train.keep_checkpoints or evaluate a copy of the "
+        "workdir", None, directory)
 
 
 def load_checkpoint(workdir: str, task: Any, *, step: int | None = None,
