@@ -293,6 +293,19 @@ class _StopFlag:
         return False
 
 
+def _reference_loss(task, eval_step, batch, init_key, eval_key, mesh) -> float | None:
+    """The divergence guard's reference (nats per example): the larger of the uniform model's NLL
+    and the untrained network's loss (``init_key``'s parameters) on ``batch``; None without a
+    uniform model. The parameters are made where the train state's live (one extra copy while
+    this runs)."""
+    if task.uniform_nll is None or not bool(task.config.train.get("divergence_guard", True)):
+        return task.uniform_nll
+    specs = parallel.param_specs(jax.eval_shape(task.init_params, init_key), mesh)
+    shardings = jax.tree.map(lambda s: NamedSharding(mesh, s), specs, is_leaf=lambda s: isinstance(s, P))
+    params = jax.jit(task.init_params, out_shardings=shardings)(init_key)
+    return max(float(task.uniform_nll), float(eval_step(params, batch, eval_key)["loss"]))
+
+
 def _last_records(path: str, step: int) -> tuple[dict, dict]:
     """The train and validation metrics recorded in ``metrics.jsonl`` at ``step`` ({} if none)."""
     out = {"train": {}, "valid": {}}
@@ -450,10 +463,9 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
     def newest_good():
         return _newest_verified_step(mngr, abstract)
 
-    guard = guard_lib.DivergenceGuard(config, task.uniform_nll if task.train_loss_is_nll else None, newest_good)
-    valid_guard = guard_lib.DivergenceGuard(config, task.uniform_nll, newest_good)  # likelihood weighting
-
     check_batch = parallel.global_batch(valid_batches[0][my_rows], batch_sharding, valid_batches[0].shape)
+    reference = _reference_loss(task, eval_step, check_batch, init_key, eval_key, mesh)
+    guard = guard_lib.DivergenceGuard(config, reference, newest_good)
 
     def state_losses() -> dict:
         return {name: float(eval_step(p, check_batch, eval_key)["loss"])
@@ -475,7 +487,7 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
         out = {k: v / len(valid_batches) for k, v in sums.items()}
         _record(metrics_path, step, "valid", out, t_start)
         log(logging.info, *task.valid_log(step, out))
-        valid_guard.check_valid(out["loss"], step)
+        guard.check_valid(out["loss"], step)
         return out
 
     def log_window(step: int) -> dict:
