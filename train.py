@@ -10,8 +10,11 @@ data) and :func:`infodiff.training.train` (the loop).
 
 The config is locked: overriding a key that does not exist (a typo) is an error, and so is
 overriding one that this run does not read (infodiff/config_usage.py). Rerunning with
-the same --workdir resumes from its latest checkpoint (only train.num_steps and the log / eval /
-checkpoint cadence may change). SIGINT / SIGTERM save a checkpoint and exit with status
+the same --workdir resumes from its latest checkpoint (the log / eval / checkpoint cadence may
+change; train.num_steps only where the learning rates already used stay the same, else
+optim.decay_steps says how the schedule continues: README "Training longer"; optim.lr and
+optim.grad_clip to recover a diverged run). A diverged run (NaN, exploding gradient norm or
+loss) stops with one line before it saves anything of the bad state. SIGINT / SIGTERM save a checkpoint and exit with status
 128 + signal number, so a scheduler sees the job as interrupted and can requeue it.
 
 One writer per workdir (``W/train.lock``; a second train.py is refused, naming the holder).

@@ -15,6 +15,7 @@ def optim(**overrides) -> ml_collections.ConfigDict:
     o.warmup_steps = 200
     o.decay = "cosine"       # cosine | constant
     o.min_lr_ratio = 0.1     # cosine: final lr = lr * min_lr_ratio
+    o.decay_steps = 0        # cosine: length of the decay; 0 = train.num_steps (lr * min_lr_ratio after it)
     o.weight_decay = 0.0     # decoupled (AdamW), kernels and embeddings only
     o.b1 = 0.9
     o.b2 = 0.99
@@ -35,6 +36,11 @@ def train(**overrides) -> ml_collections.ConfigDict:
     t.eval_batches = 4       # fixed validation batches, EMA parameters
     t.ckpt_every = 250
     t.keep_checkpoints = 3
+    # Stop (one line, nothing saved) on a non-finite gradient norm or a training loss above
+    # max_loss_ratio x the uniform model's (infodiff/training/guard.py); non-finite losses and
+    # states always stop the run.
+    t.divergence_guard = True
+    t.max_loss_ratio = 10.0
     # Devices as data x fsdp (infodiff/parallel.py): -1 = the rest of the devices of every
     # process. fsdp > 1 splits parameters and optimizer state over that many devices.
     t.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1})

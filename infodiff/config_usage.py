@@ -193,7 +193,9 @@ CONDITIONAL: tuple[Conditional, ...] = (
     Conditional("process.eps", "process.schedule is not 'geometric'", _is_not("process.schedule", "geometric")),
     Conditional("process.antithetic", "process.objective in ('t_dce', 'lambda_dce')",
                 _is("process.objective", "t_dce", "lambda_dce"), _is("process.name", "masked")),
-    Conditional("optim.min_lr_ratio", "optim.decay = 'cosine'", _is("optim.decay", "cosine")),
+    *_keys(("optim.min_lr_ratio", "optim.decay_steps"), "optim.decay = 'cosine'", _is("optim.decay", "cosine")),
+    Conditional("train.max_loss_ratio", "train.divergence_guard is True",
+                lambda c: bool(_get(c, "train.divergence_guard", True))),
     # text oracles: a table file, or the generation keys
     *_keys(("data.seed", "data.temperature", "data.seq_len", "data.num_support", "data.order",
             "data.generated_alphabet"), "data.path is empty (a generated table)", lambda c: not _get(c, "data.path"),

@@ -559,6 +559,12 @@ class Task:
         loss; False for a training weighting that is not a likelihood (training curves say so)."""
         return True
 
+    @property
+    def uniform_nll(self) -> float | None:
+        """NLL (nats per example) of the uniform distribution over the data's support: the
+        reference of the divergence guard and of the report's warning (None: no finite support)."""
+        return None
+
     def generate(self, denoiser, key) -> dict:
         """``eval.num_generate`` samples: ``{'samples' (JSON list), 'array', 'sampler',
         'sample_steps'}`` or {}."""
@@ -592,6 +598,11 @@ class _TextTask(Task):
     @property
     def items_per_step(self) -> int:
         return self.batch_size * self.seq_len
+
+    @property
+    def uniform_nll(self) -> float:
+        """``L ln V`` nats per sequence."""
+        return self.seq_len * math.log(self.vocab_size)
 
     def init_params(self, key):
         z_1xL = jnp.zeros((1, self.seq_len), jnp.int32)
@@ -848,6 +859,11 @@ class PoissonTask(Task):
     @property
     def items_per_step(self) -> int:
         return self.batch_size
+
+    @property
+    def uniform_nll(self) -> float:
+        """``D ln(K + 1)`` nats per example (counts 0..K, ``data.max_count``)."""
+        return self.dim * math.log(self.data.max_count + 1)
 
     def init_params(self, key):
         D = self.dim

@@ -31,6 +31,7 @@ import pytest
 
 from infodiff import cli, likelihood, oracles, tasks, training, validation
 from infodiff.evaluation import report as report_lib
+from infodiff.training import guard as guard_lib
 from infodiff.training import loop as loop_lib
 from infodiff.training import workdir as workdir_lib
 from tests.test_training import PHRASE, compilation_cache, tiny_config, toy_corpus, train_run  # noqa: F401
@@ -248,9 +249,11 @@ def test_non_finite_loss_names_the_newest_verified_checkpoint(wd):
         mngr.close()
     assert step == 10 and int(state.step) == 10 and [f.step for f in failures] == [15]
     window = loop_lib._Window(15)
-    window.add({"loss": jnp.float32(jnp.nan)})
-    with pytest.raises(FloatingPointError, match="at step 16; newest checkpoint that passes verification: 10"):
-        window.summarise("tokens_per_s", 1, 16, 20, lambda: step)
+    window.add({"loss": jnp.float32(jnp.nan), "grad_norm": jnp.float32(1.0)})
+    guard = guard_lib.DivergenceGuard(t.config, t.uniform_nll, lambda: step)
+    with pytest.raises(guard_lib.DivergenceError, match="diverged at step 16: non-finite training loss nan; .*"
+                       "newest good checkpoint is step 10 .*smaller --config.optim.lr"):
+        window.check(guard, 16)
 
 
 # ---------------------------------------------------------------------------------------------

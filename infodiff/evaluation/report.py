@@ -43,7 +43,7 @@ NETWORK_KEYS = ("workdir", "checkpoint_step", "params", "data", "estimator", "in
                 "num_samples_per_item", "forward_passes", "nll", "nll_stderr", "stderr_kind", "stderr_mc",
                 "stderr_data_and_mc", "bits", "bits_stderr", "terms", "per_sample_std", "samples",
                 "sampler", "sample_steps", "extras", "se_method", "se_note", "exact", "min_samples",
-                "few_samples_per_item", "plot_notes")
+                "few_samples_per_item", "plot_notes", "uniform_nll", "warnings")
 ORACLE_KEYS = ("oracle", "num_items", "item_size", "prompt_len", "results")
 INPUT_KEYS = ("quantity", "input", "workdir", "checkpoint_step", "params", "model_length", "estimator", "infinite_variance",
               "num_samples_per_window", "forward_passes", "se_method", "se_note", "exact", "min_samples",
@@ -210,6 +210,18 @@ def _fmt_terms(terms: dict) -> str:
     return ", ".join(f"{k} {v:.6g}" for k, v in terms.items() if k != "total")
 
 
+def worse_than_uniform(nll: float, stderr: float, uniform_nll: float | None, unit: str) -> list[str]:
+    """The report's warning when an NLL is not finite or lies more than 1.96 SE above the uniform
+    model's (``uniform_nll``, the same unit): a diverged or broken model, not a result."""
+    if uniform_nll is None:
+        return [] if math.isfinite(nll) else [f"the NLL {nll} is not finite: the model is broken; do not report it"]
+    if not math.isfinite(nll) or nll - 1.96 * stderr > uniform_nll:
+        return [f"the NLL {nll:.6g} ± {stderr:.3g} {unit} is above the uniform model's {uniform_nll:.6g}: "
+                "the model is worse than guessing uniformly (a diverged run or a broken checkpoint); do not "
+                "report it, check the training curves"]
+    return []
+
+
 def _format_network(r: dict) -> str:
     d, u = r["data"], r["units"]
     rows = [
@@ -240,6 +252,8 @@ def _format_network(r: dict) -> str:
         out += f"\nplot: {p}"
     for n in r.get("plot_notes", []):
         out += f"\nnote: {n}"
+    for w in r.get("warnings", []):
+        out += f"\nWARNING: {w}"
     return out
 
 

@@ -129,6 +129,8 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
     se = report_lib.se_fields(est)
     rep.update(se_method=se["se_method"], se_note=se["se_note"], exact=se["exact"], min_samples=se["min_samples"],
                few_samples_per_item=se["few_samples"])
+    rep.update(uniform_nll=task.uniform_nll, warnings=report_lib.worse_than_uniform(rep["nll"], rep["nll_stderr"],
+                                                                                 task.uniform_nll, u["nll"]))
     gen = task.generate(den, sample_key)
     rep.update(samples=gen.get("samples", []), sampler=gen.get("sampler"), sample_steps=gen.get("sample_steps", 0))
     extras, plots = task.eval_extras(est, x, gen, workdir)

@@ -49,6 +49,7 @@ from absl import logging
 from jax.sharding import Mesh
 
 from infodiff import parallel
+from infodiff.training import guard
 from infodiff.training import state as state_lib
 from infodiff.training import workdir as workdir_lib
 from infodiff.training.logs import log, quiet_orbax_leftovers
@@ -88,10 +89,18 @@ _ITEMS = ("state", "meta")
 # Config keys that may differ between a checkpoint and the config that resumes it: they change
 # how long the run is, how often it logs / evaluates / saves and on which devices, not what it
 # computes (the device layout changes only the rounding of reductions).
-# (Caveat: train.num_steps sets the length of the cosine decay, so changing it changes the
-# learning rate of every step after the warmup.)
+# train.num_steps and optim.decay_steps set the length of the cosine decay: a change is accepted
+# only where it leaves the learning rate of every step taken and of the next one unchanged
+# (state.schedule_change, checked by the training loop). optim.lr and optim.grad_clip may change
+# to recover a diverged run; the loop announces the change (the run is then no longer what one
+# uninterrupted command gives).
 RESUMABLE_KEYS = (
     "train.num_steps",
+    "optim.decay_steps",
+    "optim.lr",
+    "optim.grad_clip",
+    "train.divergence_guard",
+    "train.max_loss_ratio",
     "train.log_every",
     "train.eval_every",
     "train.eval_batches",
@@ -369,7 +378,9 @@ def restore_checkpoint(mngr: ocp.CheckpointManager, step: int,
 
     Checks, in order: the file checksums (``infodiff_sha256.json``, once sealed), that the
     metadata parses and matches ``meta_sha256``, that the state restores and matches
-    ``state_sha256`` (checkpoints written before checksums existed skip what they lack).
+    ``state_sha256`` (checkpoints written before checksums existed skip what they lack), and
+    that every float of the state is finite (a diverged state is never saved now; older runs
+    may hold one).
 
     Raises:
       CheckpointError: one line naming the step and the file or part that failed.
@@ -416,6 +427,9 @@ def restore_checkpoint(mngr: ocp.CheckpointManager, step: int,
     if "state_sha256" in meta and state_digest(state) != meta["state_sha256"]:
         raise CheckpointError(f"checkpoint step {step}: its state {state_path} does not match the "
                               "checksum written at save (corrupted data file)", step, state_path)
+    if not guard.all_finite(state):
+        raise CheckpointError(f"checkpoint step {step}: its state {state_path} holds NaN or inf (saved "
+                              "by a diverged run before this check existed)", step, state_path)
     return state, meta
 
 

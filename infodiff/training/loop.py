@@ -16,7 +16,6 @@ Determinism and resumption
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import threading
@@ -25,6 +24,7 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
 import tqdm
@@ -34,6 +34,7 @@ from jax.sharding import PartitionSpec as P
 
 from infodiff import parallel
 from infodiff.training import checkpoint as ckpt
+from infodiff.training import guard as guard_lib
 from infodiff.training import state as state_lib
 from infodiff.training import workdir as workdir_lib
 from infodiff.training.logs import log
@@ -139,6 +140,9 @@ def _check_train_config(config, stop_at_step) -> tuple[int, int]:
     for name in ("log_every", "eval_every", "ckpt_every"):
         if int(tr[name]) < 1:
             raise ValueError(f"config.train.{name} must be >= 1; got {tr[name]}")
+    if not float(tr.get("max_loss_ratio", 10.0)) > 1.0:
+        raise ValueError(f"config.train.max_loss_ratio must be > 1 (x the uniform model's loss); got "
+                         f"{tr.max_loss_ratio}")
     return num_steps, (num_steps if stop_at_step is None else min(num_steps, int(stop_at_step)))
 
 
@@ -152,10 +156,11 @@ def _resume_or_init(task, mngr, abstract, optimizer, init_key, mesh, meta, workd
         return state_lib.init_train_state(task.init_params, optimizer, init_key, mesh)
 
     def check(step, saved_meta):
-        ckpt.check_resumable(saved_meta, meta["config"], meta["data"]["checksums"],
-                             f"{workdir}/{ckpt.CKPT_DIR}/{step}")
+        where = f"{workdir}/{ckpt.CKPT_DIR}/{step}"
+        ckpt.check_resumable(saved_meta, meta["config"], meta["data"]["checksums"], where)
+        _check_continuation(ml_collections.ConfigDict(saved_meta["config"]), task.config, step, workdir)
 
-    step, state, _, failures = ckpt.newest_verified(mngr, abstract, meta["config"], check_meta=check)
+    step, state, saved, failures = ckpt.newest_verified(mngr, abstract, meta["config"], check_meta=check)
     if step is None:
         raise ckpt.CheckpointError(
             f"no checkpoint in {mngr.directory} passes verification ({'; '.join(str(e) for e in failures)}); "
@@ -167,7 +172,44 @@ def _resume_or_init(task, mngr, abstract, optimizer, init_key, mesh, meta, workd
             "deleted); resuming from step %d, the newest that passes", [e.step for e in failures],
             ", ".join(moved), step)
     log(logging.info, "resumed from checkpoint step %d in %s", int(state.step), workdir)
+    old = ml_collections.ConfigDict(saved["config"]).optim
+    for key in ("lr", "grad_clip"):
+        if float(old[key]) != float(task.config.optim[key]):
+            log(logging.warning, "config.optim.%s changed from %g (the checkpoint's) to %g: steps after %d "
+                "use the new value, so this run is no longer what one uninterrupted command gives",
+                key, float(old[key]), float(task.config.optim[key]), step)
     return state
+
+
+def _check_continuation(saved: ml_collections.ConfigDict, config: ml_collections.ConfigDict, step: int,
+                        workdir: str) -> None:
+    """ConfigMismatchError (one line naming the choices) unless ``config`` may continue a run
+    saved with ``saved`` at ``step``: not shorter than ``step``, the learning rate of every step
+    taken and of the next one unchanged (:func:`state.schedule_change`; changing
+    ``train.num_steps`` must not silently reshape the cosine decay), gradient clipping not
+    switched on or off (that changes the optimizer state)."""
+    num_steps, old_steps = int(config.train.num_steps), int(saved.train.num_steps)
+    if num_steps < step:
+        raise ckpt.ConfigMismatchError(
+            f"{workdir} is already at step {step}, past config.train.num_steps={num_steps}: there is "
+            f"nothing to train and nothing was changed; evaluate it (evaluate.py --workdir {workdir}), "
+            f"continue it with --config.train.num_steps >= {step}, or use a new --workdir")
+    why = state_lib.schedule_change(saved, config, step)
+    if why:
+        fix = (f"continue on the saved run's schedule with --config.train.num_steps={num_steps} "
+               f"--config.optim.decay_steps={state_lib.decay_length(saved)} (after step "
+               f"{state_lib.decay_length(saved)} the rate stays at optim.lr x optim.min_lr_ratio; README "
+               f"\"Training longer\")")
+        raise ckpt.ConfigMismatchError(
+            f"cannot resume {workdir} at step {step} with config.train.num_steps={num_steps} (it was "
+            f"{old_steps}): {why}. Choose: rerun with --config.train.num_steps={old_steps} (and no "
+            f"optim.decay_steps change), or {fix}, or use a new --workdir")
+    if (float(saved.optim.grad_clip) > 0) != (float(config.optim.grad_clip) > 0):
+        raise ckpt.ConfigMismatchError(
+            f"cannot resume {workdir}: config.optim.grad_clip={float(config.optim.grad_clip):g} switches "
+            f"gradient clipping {'on' if float(config.optim.grad_clip) > 0 else 'off'} (the checkpoint's is "
+            f"{float(saved.optim.grad_clip):g}), which changes the optimizer state; give a value "
+            f"{'> 0' if float(saved.optim.grad_clip) > 0 else '<= 0'} or use a new --workdir")
 
 
 def _newest_verified_step(mngr, abstract) -> int | None:
@@ -192,6 +234,12 @@ class _Window:
 
     def reset(self, step: int = 0):
         self.metrics, self.steps, self.t0, self.start = [], 0, time.time(), step
+        self.checked = 0  # metrics[:checked] passed the divergence guard
+
+    def check(self, guard: guard_lib.DivergenceGuard, step: int) -> None:
+        """Run ``guard`` over the steps added since the last check (the last one is ``step``)."""
+        guard.check_steps(self.metrics[self.checked:], step)
+        self.checked = len(self.metrics)
 
     def extras(self, step: int, log_every: int, num_steps: int) -> dict:
         """``{"partial": True, "first_step": ...}`` for a partial window ending at ``step``, else {}."""
@@ -205,19 +253,14 @@ class _Window:
         self.metrics.append(metrics)
         self.steps += 1
 
-    def summarise(self, rate_name: str, items_per_step: int, step: int, num_steps: int,
-                  newest_good: Callable[[], int | None]) -> tuple[dict, float]:
+    def summarise(self, rate_name: str, items_per_step: int, step: int, num_steps: int) -> tuple[dict, float]:
         """Mean metrics (host floats) plus ``steps_per_s`` and ``rate_name`` (items / s), and the
-        ETA in seconds. FloatingPointError naming the step and the newest checkpoint that passes
-        verification (``newest_good()``) if the loss is not finite."""
+        ETA in seconds (the steps are checked by the divergence guard first: :meth:`check`)."""
         host = jax.device_get(self.metrics)
         avg = {k: float(np.mean([m[k] for m in host])) for k in host[0]}
         dt = max(time.time() - self.t0, 1e-9)
         avg["steps_per_s"] = self.steps / dt
         avg[rate_name] = self.steps * items_per_step / dt
-        if not math.isfinite(avg["loss"]):
-            raise FloatingPointError(f"non-finite training loss {avg['loss']} at step {step}; newest "
-                                     f"checkpoint that passes verification: {newest_good()}")
         return avg, (num_steps - step) / max(avg["steps_per_s"], 1e-9)
 
 
@@ -248,6 +291,28 @@ class _StopFlag:
         for s, h in self._old.items():
             signal.signal(s, h)
         return False
+
+
+def _reference_loss(task, eval_step, batch, init_key, eval_key, mesh) -> float | None:
+    """The divergence guard's reference (nats per example): the larger of the uniform model's NLL
+    and the untrained network's loss (``init_key``'s parameters) on ``batch``; None without a
+    uniform model. The parameters are made where the train state's live (one extra copy while
+    this runs)."""
+    if task.uniform_nll is None or not bool(task.config.train.get("divergence_guard", True)):
+        return task.uniform_nll
+    specs = parallel.param_specs(jax.eval_shape(task.init_params, init_key), mesh)
+    shardings = jax.tree.map(lambda s: NamedSharding(mesh, s), specs, is_leaf=lambda s: isinstance(s, P))
+    params = jax.jit(task.init_params, out_shardings=shardings)(init_key)
+    return max(float(task.uniform_nll), float(eval_step(params, batch, eval_key)["loss"]))
+
+
+def _last_records(path: str, step: int) -> tuple[dict, dict]:
+    """The train and validation metrics recorded in ``metrics.jsonl`` at ``step`` ({} if none)."""
+    out = {"train": {}, "valid": {}}
+    for r in ckpt.read_metrics(path) if os.path.exists(path) else []:
+        if r.get("step") == step and r.get("split") in out:
+            out[r["split"]] = r.get("metrics", {})
+    return out["train"], out["valid"]
 
 
 def _record(path: str, step: int, split: str, metrics: dict, t_start: float, **extra) -> None:
@@ -307,7 +372,10 @@ def train(task: Any, workdir: str, *, stop_at_step: int | None = None, mesh: Mes
       WorkdirLockedError: another live process is writing ``workdir`` (names its host and pid).
       StorageError (an OSError): the workdir is full or read-only (one line: the path and the
         errno); temporary checkpoint directories of the failed save are removed.
-      FloatingPointError: non-finite training loss (names the newest verified checkpoint).
+      DivergenceError (a FloatingPointError): a non-finite loss or state, or (unless
+        ``train.divergence_guard`` is False) a non-finite gradient norm or a loss above
+        ``train.max_loss_ratio`` x the uniform model's (:mod:`.guard`); nothing from that state
+        is saved; names the step and the newest good checkpoint.
 
     Concurrency: the run holds ``<workdir>/train.lock`` (:class:`workdir.WorkdirLock`) from
     before its first write to its return; a lock left by a killed run is taken over (logged).
@@ -395,6 +463,20 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
     def newest_good():
         return _newest_verified_step(mngr, abstract)
 
+    check_batch = parallel.global_batch(valid_batches[0][my_rows], batch_sharding, valid_batches[0].shape)
+    reference = _reference_loss(task, eval_step, check_batch, init_key, eval_key, mesh)
+    guard = guard_lib.DivergenceGuard(config, reference, newest_good)
+
+    def state_losses() -> dict:
+        return {name: float(eval_step(p, check_batch, eval_key)["loss"])
+                for name, p in (("parameters", state.params), ("EMA parameters", state.ema_params))}
+
+    def save(step: int) -> None:
+        # Nothing diverged is saved, whatever the cadence: keep-k never deletes a good checkpoint for it.
+        window.check(guard, step)
+        guard.check_state(state, step, state_losses)
+        ckpt.save_checkpoint(mngr, state, meta)
+
     def run_eval(step: int) -> dict:
         sums: dict = {}
         for i, batch in enumerate(valid_batches):
@@ -405,10 +487,12 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
         out = {k: v / len(valid_batches) for k, v in sums.items()}
         _record(metrics_path, step, "valid", out, t_start)
         log(logging.info, *task.valid_log(step, out))
+        guard.check_valid(out["loss"], step)
         return out
 
     def log_window(step: int) -> dict:
-        avg, eta = window.summarise(task.rate_name, task.items_per_step, step, num_steps, newest_good)
+        window.check(guard, step)
+        avg, eta = window.summarise(task.rate_name, task.items_per_step, step, num_steps)
         log(logging.info, *task.train_log(step, num_steps, avg, eta))
         _record(metrics_path, step, "train", avg, t_start, **window.extras(step, log_every, num_steps))
         pbar.set_postfix(task.progress_postfix(avg), refresh=False)
@@ -459,7 +543,7 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
                         window.t0 = time.time()
                     # ---- checkpoint ----
                     if step % int(tr.ckpt_every) == 0 or step == end_step:
-                        ckpt.save_checkpoint(mngr, state, meta)
+                        save(step)
                 if interrupted is None:  # a signal during the last window (agreed by all processes)
                     interrupted = parallel.agreed_signal(stop.signum) if several else stop.name
                 if interrupted is not None and window.steps:
@@ -468,15 +552,19 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
                 interrupted = "KeyboardInterrupt"
                 log(logging.warning, "KeyboardInterrupt at step %d: saving a checkpoint", step)
                 try:
-                    ckpt.save_checkpoint(mngr, state, meta)
+                    save(step)
                     ckpt.seal_checkpoints(mngr)
-                except Exception as e:  # e.g. interrupted while the state was donated
+                except Exception as e:  # e.g. interrupted while the state was donated, or diverged
                     log(logging.error, "could not save at the interrupt (%s); latest checkpoint: %s",
                         e, mngr.latest_step())
                 raise
-        if interrupted is None and step == num_steps:
+        if step == start_step == num_steps:  # a finished run rerun: nothing to do, nothing appended
+            last_train, last_valid = _last_records(metrics_path, step)
+            log(logging.info, "the run in %s is complete at step %d (config.train.num_steps); nothing to "
+                "train: raise --config.train.num_steps to train longer", workdir, step)
+        if interrupted is None and step == num_steps and not last_valid:
             last_valid = run_eval(step)  # final validation (the in-loop one skips the last step)
-        ckpt.save_checkpoint(mngr, state, meta)
+        save(step)
         ckpt.seal_checkpoints(mngr)
     finally:
         pbar.close()

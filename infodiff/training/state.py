@@ -29,6 +29,8 @@ from infodiff import parallel
 __all__ = [
     "TrainState",
     "make_lr_schedule",
+    "decay_length",
+    "schedule_change",
     "warmup_warning",
     "make_optimizer",
     "ema_decay",
@@ -65,11 +67,12 @@ def make_lr_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
 
     Linear warmup from 0 to ``optim.lr`` over ``optim.warmup_steps`` steps, then
     ``optim.decay = 'cosine'``: cosine decay to ``optim.lr * optim.min_lr_ratio`` at step
-    ``train.num_steps`` (``optax.warmup_cosine_decay_schedule``; if the run is shorter than the
-    warmup the cosine part is never reached), or ``'constant'``: ``optim.lr`` after warmup.
+    :func:`decay_length` (``train.num_steps`` unless ``optim.decay_steps`` is set), constant
+    after it (``optax.warmup_cosine_decay_schedule``; if the run is shorter than the warmup the
+    cosine part is never reached), or ``'constant'``: ``optim.lr`` after warmup.
 
     Raises:
-      ValueError: unknown decay, negative warmup, lr <= 0.
+      ValueError: unknown decay, negative warmup or decay_steps, lr <= 0.
     """
     o = config.optim
     lr, warmup = float(o.lr), int(o.warmup_steps)
@@ -80,7 +83,7 @@ def make_lr_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
     if o.decay == "cosine":
         # optax requires decay_steps > warmup_steps; a run that ends inside the warmup never
         # sees the cosine part, so its length is irrelevant there.
-        decay_steps = max(int(config.train.num_steps), warmup + 1)
+        decay_steps = max(decay_length(config), warmup + 1)
         return optax.warmup_cosine_decay_schedule(
             init_value=0.0,
             peak_value=lr,
@@ -95,6 +98,33 @@ def make_lr_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
             [optax.linear_schedule(0.0, lr, warmup), optax.constant_schedule(lr)], [warmup]
         )
     raise ValueError(f"config.optim.decay={o.decay!r}; choose 'cosine' or 'constant'")
+
+
+def decay_length(config: ml_collections.ConfigDict) -> int:
+    """The step at which the cosine decay ends: ``optim.decay_steps`` if > 0, else
+    ``train.num_steps``. ValueError if ``optim.decay_steps < 0``."""
+    n = int(config.optim.get("decay_steps", 0) or 0)
+    if n < 0:
+        raise ValueError(f"config.optim.decay_steps must be >= 0 (0: train.num_steps); got {n}")
+    return n if n > 0 else int(config.train.num_steps)
+
+
+def schedule_change(saved: ml_collections.ConfigDict, new: ml_collections.ConfigDict, step: int) -> str:
+    """Why resuming a run saved with config ``saved`` at ``step`` with config ``new`` would
+    change the learning rate of the steps already taken or of the next one, at ``saved``'s
+    ``optim.lr`` (a changed ``optim.lr`` is a separate, announced choice); "" if it would not
+    (then the resumed run equals an uninterrupted run with ``new``)."""
+    new = ml_collections.ConfigDict(new.to_dict())
+    new.optim.lr = float(saved.optim.lr)
+    steps = np.arange(int(step) + 1)
+    old_lr, new_lr = np.asarray(make_lr_schedule(saved)(steps)), np.asarray(make_lr_schedule(new)(steps))
+    bad = np.flatnonzero(old_lr != new_lr)
+    if not bad.size:
+        return ""
+    s = int(bad[0])
+    return (f"the learning rate of step {s} would change from {old_lr[s]:.4g} to {new_lr[s]:.4g} "
+            f"(the cosine decay ends at step {decay_length(saved)} in the saved run, at step "
+            f"{decay_length(new)} now)")
 
 
 def warmup_warning(config: ml_collections.ConfigDict) -> str | None:
