@@ -565,6 +565,10 @@ class Task:
         reference of the divergence guard and of the report's warning (None: no finite support)."""
         return None
 
+    # Whether a healthy run's loss stays within a small multiple of the larger of the uniform
+    # model's and the untrained network's (the divergence guard's loss rule, training/guard.py).
+    loss_is_bounded = True
+
     def generate(self, denoiser, key) -> dict:
         """``eval.num_generate`` samples: ``{'samples' (JSON list), 'array', 'sampler',
         'sample_steps'}`` or {}."""
@@ -823,6 +827,9 @@ class PoissonTask(Task):
     name = "poisson"
     metric = "bpd"
     rate_name = "examples_per_s"
+    # The Poisson ELBO of a young network can sit 40x above its untrained value and 10^4-10^6x
+    # above the uniform model's on a healthy run (softplus head): no loss rule, finiteness only.
+    loss_is_bounded = False
 
     @functools.cached_property
     def data(self) -> counts_lib.CountDataset:

@@ -110,6 +110,54 @@ def test_guard_rules():
         off.check_valid(float("inf"), 7)
 
 
+def test_the_advice_offers_what_a_resume_accepts():
+    cfg = _Config()
+    cfg.optim.grad_clip = 0.0
+    with pytest.raises(guard_lib.DivergenceError) as e:  # clipping cannot be switched on in a resumed run
+        guard_lib.DivergenceGuard(cfg, 100.0, lambda: 5).check_valid(float("nan"), 7)
+    assert "grad_clip" not in str(e.value) and "resumes from step 5" in str(e.value)
+    with pytest.raises(guard_lib.DivergenceError, match=r"grad_clip=1.0 \(now off\) \(it starts again\)"):
+        guard_lib.DivergenceGuard(cfg, 100.0, lambda: None).check_valid(float("nan"), 7)
+
+
+def test_the_last_step_is_saved_only_after_its_final_validation(tmp_path, monkeypatch):
+    cfg = fault_config(**{"train.num_steps": 10, "train.ckpt_every": 5, "train.eval_every": 4})
+    real = guard_lib.DivergenceGuard.check_valid
+
+    def failing_at_10(self, loss, step):
+        if step == 10:
+            self._fail(step, "validation loss 1e9 (made up)")
+        return real(self, loss, step)
+
+    monkeypatch.setattr(guard_lib.DivergenceGuard, "check_valid", failing_at_10)
+    with pytest.raises(guard_lib.DivergenceError, match="step 10: validation loss 1e9 .*newest good checkpoint is step 5"):
+        train_run(cfg, tmp_path)
+    assert steps_in(tmp_path) == [5]
+    assert [r["step"] for r in metrics(tmp_path) if r["split"] == "valid"] == [4, 8, 10]
+
+
+def test_the_final_validation_runs_after_validations_inside_the_run(tmp_path):
+    cfg = fault_config(**{"train.num_steps": 10, "train.ckpt_every": 5, "train.eval_every": 4})
+    out = train_run(cfg, tmp_path)
+    records = [r for r in metrics(tmp_path) if r["split"] == "valid"]
+    assert [r["step"] for r in records] == [4, 8, 10] and out["valid"] == records[-1]["metrics"]
+    before = (tmp_path / "metrics.jsonl").read_bytes()
+    assert train_run(cfg, tmp_path)["valid"] == out["valid"] and (tmp_path / "metrics.jsonl").read_bytes() == before
+
+
+def test_a_diverged_checkpoint_of_an_older_version_is_moved_aside_on_resume(tmp_path):
+    good = {"train.num_steps": 10, "train.ckpt_every": 5, "optim.decay_steps": 10}
+    train_run(fault_config(**good), tmp_path)
+    # finite but blown-up states saved with the guard off (what an older version saved unchecked)
+    train_run(fault_config(**dict(good, **{"train.num_steps": 20, "optim.lr": 300.0,
+                                           "train.divergence_guard": False})), tmp_path)
+    assert steps_in(tmp_path) == [5, 10, 15, 20] and all_checkpoints_finite(tmp_path)
+    out = train_run(fault_config(**dict(good, **{"train.num_steps": 20})), tmp_path)
+    assert sorted(p.name for p in (tmp_path / training.CORRUPT_DIR).iterdir()) == ["15", "20"]
+    assert out["step"] == 20 and steps_in(tmp_path) == [5, 10, 15, 20]  # trained again from step 10
+    assert all_checkpoints_finite(tmp_path) and out["valid"]["loss"] < 2 * 16 * math.log(27)
+
+
 def test_max_loss_ratio_must_exceed_one(tmp_path):
     with pytest.raises(ValueError, match=r"config.train.max_loss_ratio must be > 1 .*got 0.5"):
         train_run(fault_config(**{"train.max_loss_ratio": 0.5}), tmp_path)
@@ -128,10 +176,14 @@ def test_a_longer_run_must_say_how_its_schedule_continues(tmp_path):
     train_run(schedule_config(20), wd)
     before = {p: (wd / p).read_bytes() for p in ("config.json", "metrics.jsonl")}
     with pytest.raises(training.ConfigMismatchError,
-                       match=r"cannot resume .* at step 20 with config.train.num_steps=40 \(it was 20\): the learning "
-                             r"rate of step \d+ would change .* --config.train.num_steps=20 .*"
-                             r"--config.train.num_steps=40 --config.optim.decay_steps=20"):
+                       match=r"cannot resume .* at step 20 with config.train.num_steps=40 and config.optim.decay_steps=0 "
+                             r"\(the saved run has 20 and 0\): the learning rate of step \d+ would change .* Choose: the "
+                             r"saved run's values, --config.train.num_steps=20 --config.optim.decay_steps=0, or 40 steps "
+                             r"on the saved run's schedule, --config.train.num_steps=40 --config.optim.decay_steps=20"):
         train_run(schedule_config(40), wd)
+    with pytest.raises(training.ConfigMismatchError, match=r"Choose: the saved run's values, --config.train.num_steps=20 "
+                       r"--config.optim.decay_steps=0, or a new --workdir"):  # only decay_steps changed: one choice
+        train_run(schedule_config(20, **{"optim.decay_steps": 30}), wd)
     with pytest.raises(training.ConfigMismatchError, match=r"already at step 20, past config.train.num_steps=10"):
         train_run(schedule_config(10), wd)
     assert {p: (wd / p).read_bytes() for p in before} == before and steps_in(wd) == [10, 20]

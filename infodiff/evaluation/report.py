@@ -211,15 +211,19 @@ def _fmt_terms(terms: dict) -> str:
 
 
 def worse_than_uniform(nll: float, stderr: float, uniform_nll: float | None, unit: str) -> list[str]:
-    """The report's warning when an NLL is not finite or lies more than 1.96 SE above the uniform
-    model's (``uniform_nll``, the same unit): a diverged or broken model, not a result."""
-    if uniform_nll is None:
-        return [] if math.isfinite(nll) else [f"the NLL {nll} is not finite: the model is broken; do not report it"]
-    if not math.isfinite(nll) or nll - 1.96 * stderr > uniform_nll:
-        return [f"the NLL {nll:.6g} ± {stderr:.3g} {unit} is above the uniform model's {uniform_nll:.6g}: "
-                "the model is worse than guessing uniformly (a diverged run or a broken checkpoint); do not "
-                "report it, check the training curves"]
-    return []
+    """The report's warnings about its NLL: not finite; a standard error that is not finite;
+    more than 1.96 SE above the uniform model's NLL (``uniform_nll``, the same unit), or more than
+    10x it whatever the SE (a heavy-tailed estimate's SE can be as large as the estimate)."""
+    if not math.isfinite(nll):
+        return [f"the NLL {nll} is not finite: the model is broken; do not report it"]
+    out = [] if stderr is not None and math.isfinite(stderr) else [
+        f"the standard error {stderr} is not finite (too few items or samples, or a diverging "
+        "estimate): the ± is unknown; raise eval.num_samples / eval.max_sequences"]
+    if uniform_nll is not None and (nll - 1.96 * (stderr or 0.0) > uniform_nll or nll > 10 * uniform_nll):
+        out.append(f"the NLL {nll:.6g} ± {stderr:.3g} {unit} is above the uniform model's {uniform_nll:.6g}: "
+                   "the model is worse than guessing uniformly (under-trained, diverged, or a broken "
+                   "checkpoint); do not report it as a result, check the training curves")
+    return out
 
 
 def _format_network(r: dict) -> str:

@@ -141,17 +141,20 @@ def _check_train_config(config, stop_at_step) -> tuple[int, int]:
         if int(tr[name]) < 1:
             raise ValueError(f"config.train.{name} must be >= 1; got {tr[name]}")
     if not float(tr.get("max_loss_ratio", 10.0)) > 1.0:
-        raise ValueError(f"config.train.max_loss_ratio must be > 1 (x the uniform model's loss); got "
+        raise ValueError(f"config.train.max_loss_ratio must be > 1 (x the larger of the uniform model's and the "
+                         f"untrained network's loss); got "
                          f"{tr.max_loss_ratio}")
     return num_steps, (num_steps if stop_at_step is None else min(num_steps, int(stop_at_step)))
 
 
-def _resume_or_init(task, mngr, abstract, optimizer, init_key, mesh, meta, workdir):
+def _resume_or_init(task, mngr, abstract, optimizer, init_key, mesh, meta, workdir, diverged):
     """The newest verified checkpoint's state if ``mngr`` has checkpoints (after checking that
     its config and data may be continued: ConfigMismatchError otherwise), else a fresh state.
 
-    Newer checkpoints that fail verification are named and moved to ``checkpoints.corrupt/``
-    (kept). CheckpointError if there are checkpoints and none passes (nothing is moved)."""
+    Newer checkpoints that fail verification, or whose state ``diverged(state)`` (a reason or
+    None: :meth:`guard.DivergenceGuard.state_problem`; only checkpoints written before that check
+    existed can hold one), are named and moved to ``checkpoints.corrupt/`` (kept).
+    CheckpointError if there are checkpoints and none passes (nothing is moved)."""
     if not mngr.all_steps():
         return state_lib.init_train_state(task.init_params, optimizer, init_key, mesh)
 
@@ -160,7 +163,17 @@ def _resume_or_init(task, mngr, abstract, optimizer, init_key, mesh, meta, workd
         ckpt.check_resumable(saved_meta, meta["config"], meta["data"]["checksums"], where)
         _check_continuation(ml_collections.ConfigDict(saved_meta["config"]), task.config, step, workdir)
 
-    step, state, saved, failures = ckpt.newest_verified(mngr, abstract, meta["config"], check_meta=check)
+    failures, steps = [], None
+    while True:
+        step, state, saved, bad = ckpt.newest_verified(mngr, abstract, meta["config"], steps=steps, check_meta=check)
+        failures += bad
+        why = None if step is None else diverged(state)
+        if why is None:
+            break
+        failures.append(ckpt.CheckpointError(f"checkpoint step {step} holds a diverged state: {why}", step,
+                                             f"{mngr.directory}/{step}"))
+        log(logging.warning, "skipping a bad checkpoint: %s", failures[-1])
+        steps = [s for s in mngr.all_steps() if s < step]
     if step is None:
         raise ckpt.CheckpointError(
             f"no checkpoint in {mngr.directory} passes verification ({'; '.join(str(e) for e in failures)}); "
@@ -175,7 +188,7 @@ def _resume_or_init(task, mngr, abstract, optimizer, init_key, mesh, meta, workd
     old = ml_collections.ConfigDict(saved["config"]).optim
     for key in ("lr", "grad_clip"):
         if float(old[key]) != float(task.config.optim[key]):
-            log(logging.warning, "config.optim.%s changed from %g (the checkpoint's) to %g: steps after %d "
+            log(logging.warning, "config.optim.%s changed from %.7g (the checkpoint's) to %.7g: steps after %d "
                 "use the new value, so this run is no longer what one uninterrupted command gives",
                 key, float(old[key]), float(task.config.optim[key]), step)
     return state
@@ -196,14 +209,18 @@ def _check_continuation(saved: ml_collections.ConfigDict, config: ml_collections
             f"continue it with --config.train.num_steps >= {step}, or use a new --workdir")
     why = state_lib.schedule_change(saved, config, step)
     if why:
-        fix = (f"continue on the saved run's schedule with --config.train.num_steps={num_steps} "
-               f"--config.optim.decay_steps={state_lib.decay_length(saved)} (after step "
-               f"{state_lib.decay_length(saved)} the rate stays at optim.lr x optim.min_lr_ratio; README "
-               f"\"Training longer\")")
+        old_decay = int(saved.optim.get("decay_steps", 0) or 0)
+        same = f"--config.train.num_steps={old_steps} --config.optim.decay_steps={old_decay}"
+        extend = f"--config.train.num_steps={num_steps} --config.optim.decay_steps={state_lib.decay_length(saved)}"
+        choices = [f"the saved run's values, {same}"]
+        if num_steps != old_steps:
+            choices.append(f"{num_steps} steps on the saved run's schedule, {extend} (after step "
+                           f"{state_lib.decay_length(saved)} the rate stays at optim.lr x optim.min_lr_ratio; "
+                           f"README \"Training longer\")")
         raise ckpt.ConfigMismatchError(
-            f"cannot resume {workdir} at step {step} with config.train.num_steps={num_steps} (it was "
-            f"{old_steps}): {why}. Choose: rerun with --config.train.num_steps={old_steps} (and no "
-            f"optim.decay_steps change), or {fix}, or use a new --workdir")
+            f"cannot resume {workdir} at step {step} with config.train.num_steps={num_steps} and "
+            f"config.optim.decay_steps={int(config.optim.get('decay_steps', 0) or 0)} (the saved run has "
+            f"{old_steps} and {old_decay}): {why}. Choose: {', or '.join(choices)}, or a new --workdir")
     if (float(saved.optim.grad_clip) > 0) != (float(config.optim.grad_clip) > 0):
         raise ckpt.ConfigMismatchError(
             f"cannot resume {workdir}: config.optim.grad_clip={float(config.optim.grad_clip):g} switches "
@@ -295,11 +312,11 @@ class _StopFlag:
 
 def _reference_loss(task, eval_step, batch, init_key, eval_key, mesh) -> float | None:
     """The divergence guard's reference (nats per example): the larger of the uniform model's NLL
-    and the untrained network's loss (``init_key``'s parameters) on ``batch``; None without a
-    uniform model. The parameters are made where the train state's live (one extra copy while
+    and the untrained network's loss (``init_key``'s parameters) on ``batch``; None where the task's
+    loss has no such bound (``task.loss_is_bounded``) or the guard is off. The parameters are made where the train state's live (one extra copy while
     this runs)."""
-    if task.uniform_nll is None or not bool(task.config.train.get("divergence_guard", True)):
-        return task.uniform_nll
+    if not task.loss_is_bounded or not bool(task.config.train.get("divergence_guard", True)):
+        return None
     specs = parallel.param_specs(jax.eval_shape(task.init_params, init_key), mesh)
     shardings = jax.tree.map(lambda s: NamedSharding(mesh, s), specs, is_leaf=lambda s: isinstance(s, P))
     params = jax.jit(task.init_params, out_shardings=shardings)(init_key)
@@ -437,10 +454,23 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
     my_rows = parallel.process_rows(batch_sharding, batch_shape)  # read by this process only
     meta = {"seed": int(config.seed), "config": ckpt.config_json_dict(config), **task.meta()}
 
+    # ---- the divergence guard (guard.py) ----
+    check_batch = parallel.global_batch(valid_batches[0][my_rows], batch_sharding, valid_batches[0].shape)
+    reference = _reference_loss(task, eval_step, check_batch, init_key, eval_key, mesh)
+
+    def losses_of(st) -> Callable[[], dict]:
+        return lambda: {name: float(eval_step(p, check_batch, eval_key)["loss"])
+                        for name, p in (("parameters", st.params), ("EMA parameters", st.ema_params))}
+
     # ---- resume ----
     mngr = ckpt.checkpoint_manager(workdir, int(tr.keep_checkpoints))
+    guard = guard_lib.DivergenceGuard(config, reference, lambda: _newest_verified_step(mngr, abstract))
+    finished_before = False
     try:
-        state = _resume_or_init(task, mngr, abstract, optimizer, init_key, mesh, meta, workdir)
+        resumed = bool(mngr.all_steps())
+        state = _resume_or_init(task, mngr, abstract, optimizer, init_key, mesh, meta, workdir,
+                                lambda st: (guard.state_problem(st, losses_of(st)) or (None,))[0])
+        finished_before = resumed and int(jax.device_get(state.step)) == num_steps
     except BaseException:
         mngr.close()
         raise
@@ -460,21 +490,10 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
     if warmup_note:
         log(logging.warning, "%s", warmup_note)
 
-    def newest_good():
-        return _newest_verified_step(mngr, abstract)
-
-    check_batch = parallel.global_batch(valid_batches[0][my_rows], batch_sharding, valid_batches[0].shape)
-    reference = _reference_loss(task, eval_step, check_batch, init_key, eval_key, mesh)
-    guard = guard_lib.DivergenceGuard(config, reference, newest_good)
-
-    def state_losses() -> dict:
-        return {name: float(eval_step(p, check_batch, eval_key)["loss"])
-                for name, p in (("parameters", state.params), ("EMA parameters", state.ema_params))}
-
     def save(step: int) -> None:
         # Nothing diverged is saved, whatever the cadence: keep-k never deletes a good checkpoint for it.
         window.check(guard, step)
-        guard.check_state(state, step, state_losses)
+        guard.check_state(state, step, losses_of(state))
         ckpt.save_checkpoint(mngr, state, meta)
 
     def run_eval(step: int) -> dict:
@@ -541,8 +560,8 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
                     if step % int(tr.eval_every) == 0 and step < num_steps:
                         last_valid = run_eval(step)
                         window.t0 = time.time()
-                    # ---- checkpoint ----
-                    if step % int(tr.ckpt_every) == 0 or step == end_step:
+                    # ---- checkpoint (the last step's after its final validation, below) ----
+                    if step % int(tr.ckpt_every) == 0 and step < end_step:
                         save(step)
                 if interrupted is None:  # a signal during the last window (agreed by all processes)
                     interrupted = parallel.agreed_signal(stop.signum) if several else stop.name
@@ -558,12 +577,12 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
                     log(logging.error, "could not save at the interrupt (%s); latest checkpoint: %s",
                         e, mngr.latest_step())
                 raise
-        if step == start_step == num_steps:  # a finished run rerun: nothing to do, nothing appended
+        if finished_before:  # a finished run rerun: nothing to do, nothing appended
             last_train, last_valid = _last_records(metrics_path, step)
             log(logging.info, "the run in %s is complete at step %d (config.train.num_steps); nothing to "
                 "train: raise --config.train.num_steps to train longer", workdir, step)
-        if interrupted is None and step == num_steps and not last_valid:
-            last_valid = run_eval(step)  # final validation (the in-loop one skips the last step)
+        elif interrupted is None and step == num_steps:
+            last_valid = run_eval(step)  # final validation (the in-loop one skips the last step), before the save
         save(step)
         ckpt.seal_checkpoints(mngr)
     finally:
