@@ -180,16 +180,17 @@ def test_resume_is_bit_identical(tmp_path):
     assert len(keys) == len(set(keys)) and (20, "train") in keys
 
     # Resuming with a different (non-resumable) config is an error naming the keys ...
-    bad = tiny_config(**{"optim.lr": 1e-3, "model.width": 64})
-    with pytest.raises(training.ConfigMismatchError, match=r"model\.width.*optim\.lr"):
+    bad = tiny_config(**{"optim.b1": 0.8, "model.width": 64})
+    with pytest.raises(training.ConfigMismatchError, match=r"model\.width.*optim\.b1"):
         train_run(bad, tmp_path / "full", corpus)
     # ... and so is resuming on different data.
     other = toy_corpus()
     other.checksums = dict(other.checksums, train="different")
     with pytest.raises(training.ConfigMismatchError, match="checksums"):
         train_run(cfg, tmp_path / "full", other)
-    # Cadence changes are allowed: extending the run continues from step 30.
-    longer = tiny_config(**{"train.num_steps": 32, "train.log_every": 1, "train.ckpt_every": 7})
+    # Cadence changes are allowed: extending the run on its schedule continues from step 30.
+    longer = tiny_config(**{"train.num_steps": 32, "train.log_every": 1, "train.ckpt_every": 7,
+                            "optim.decay_steps": 30})
     assert train_run(longer, tmp_path / "full", corpus)["step"] == 32
 
 
