@@ -39,6 +39,7 @@ from infodiff import likelihood as lk
 from infodiff import oracles, tasks, training
 from infodiff import schedules as schedules_lib
 from infodiff.data import text as text_data
+from infodiff.validation import check_num_samples
 from infodiff.networks.text_denoisers import Denoiser
 from infodiff.processes import masked
 
@@ -569,7 +570,7 @@ EXPERIMENTS = {"dna128": run_dna128, "markov_cond": run_markov_cond, "ood": run_
                "variance": run_variance}
 
 
-_MINIMUM = {"num_train": 1, "num_valid": 1, "num_pairs": 2, "num_prompts": 2, "num_mc": 2,
+_MINIMUM = {"num_train": 1, "num_valid": 1, "num_pairs": 2, "num_prompts": 2,
             "reps": 2, "ratio_reps": 2, "vpf_passes": 2, "batch_size": 1, "bootstrap": 2,
             "prompt_len": 1, "response_len": 1}
 
@@ -580,6 +581,8 @@ def _check_counts(config) -> None:
         sec = config.get(section, None)
         if sec is None:
             continue
+        if "num_mc" in sec:  # Monte Carlo samples
+            check_num_samples(sec.num_mc, f"config.{section}.num_mc")
         for key, low in _MINIMUM.items():
             if key in sec and int(sec[key]) < low:
                 raise ValueError(f"config.{section}.{key} must be >= {low}; got {sec[key]}")

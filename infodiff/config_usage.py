@@ -3,7 +3,9 @@
 A shipped config (configs/*.py) may hold keys that its run reads only for some values of another
 key: the manual proposal's ``process.loc`` only when ``process.proposal = 'manual'``, the
 synthetic data's ``data.distribution`` only when ``data.name = 'synthetic'``, and so on. Each
-such key is declared once in :data:`CONDITIONAL` with the condition under which it is read.
+such key is declared once with the condition under which it is read: in its process's
+registration (``infodiff/tasks/<name>.py``, ``Registration.conditional``) or, for every
+process, in :data:`CONDITIONAL`; :func:`rules` gives both.
 :func:`check_overrides` refuses, before any work, a command-line override (``--config.K=V``) of
 a key whose condition is false in the resolved config, naming the condition (train.py,
 evaluate.py). Every other key of a config is read by its run: tests/test_config_usage.py runs
@@ -20,12 +22,13 @@ checkpoint: ``ConfigMismatchError``).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-from typing import Callable
 
 import ml_collections
 
-__all__ = ["Conditional", "CONDITIONAL", "REFUSED_BY_ENTRY", "leaf_keys", "track_reads", "not_read",
+from infodiff import config_rules as cr
+from infodiff.config_rules import Conditional
+
+__all__ = ["Conditional", "CONDITIONAL", "rules", "REFUSED_BY_ENTRY", "leaf_keys", "track_reads", "not_read",
            "check_overrides", "override_keys"]
 
 
@@ -104,140 +107,45 @@ def track_reads(config: ml_collections.ConfigDict):
 # ----------------------------------------------------------------------------------------------
 # Keys read only under a condition on other keys
 # ----------------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class Conditional:
-    """Config key ``key`` (dotted path) is read only when ``test(config)`` holds, which ``when``
-    says in words (shown in the error); the rule applies to configs where ``scope(config)``
-    holds (e.g. Poisson runs), elsewhere the key is read as usual."""
+_ORACLE = cr.ORACLE
+_NO_INPUT = cr.NO_INPUT
 
-    key: str
-    when: str
-    test: Callable[[ml_collections.ConfigDict], bool]
-    scope: Callable[[ml_collections.ConfigDict], bool] = lambda c: True
-
-
-def _get(config, path, default=None):
-    node = config
-    for part in path.split("."):
-        if not isinstance(node, ml_collections.ConfigDict) or part not in node:
-            return default
-        node = node[part]
-    return node
-
-
-def _is(path, *values):
-    return lambda c: _get(c, path) in values
-
-
-def _is_not(path, *values):
-    return lambda c: _get(c, path) not in values
-
-
-def _all(*tests):
-    return lambda c: all(t(c) for t in tests)
-
-
-def _keys(keys, when, test, scope=lambda c: True):
-    return tuple(Conditional(k, when, test, scope) for k in keys)
-
-
-_POISSON = _is("process.name", "poisson")
-_NETWORK = _is_not("eval.mode", "oracle")
-_ORACLE = _is("eval.mode", "oracle")
-_SYNTHETIC = "data.name = 'synthetic'"
-_NO_INPUT = lambda c: not _get(c, "eval.input")  # noqa: E731
-
+# The rules of every config; a process's own rules are its registration's (infodiff/tasks/<name>.py).
 CONDITIONAL: tuple[Conditional, ...] = (
-    # Poisson data sources (oracle mode reads its law from data.path / distribution / max_count / dim)
-    *_keys(("data.distribution", "data.max_count", "data.dim"), f"{_SYNTHETIC} or eval.mode = 'oracle'",
-           lambda c: _ORACLE(c) or _get(c, "data.name") == "synthetic", _POISSON),
-    *_keys(("data.num_train", "data.num_valid", "data.num_test", "data.seed"), _SYNTHETIC,
-           _is("data.name", "synthetic"), _POISSON),
-    Conditional("data.window", "data.name = 'chorales'", _is("data.name", "chorales"), _POISSON),
-    Conditional("data.path", "data.name = 'chorales' or eval.mode = 'oracle'",
-                lambda c: _ORACLE(c) or _get(c, "data.name") == "chorales", _POISSON),
-    Conditional("data.cache_dir", "data.name in ('digits', 'fashion_mnist', 'randhie')",
-                _is("data.name", "digits", "fashion_mnist", "randhie"), _POISSON),
-    # Poisson networks
-    *_keys(("model.hidden", "model.num_layers"), "model.arch = 'mlp'", _is("model.arch", "mlp"), _POISSON),
-    *_keys(("model.channels", "model.num_blocks"), "model.arch in ('conv', 'seqconv')",
-           _is("model.arch", "conv", "seqconv"), _POISSON),
-    # text networks: the float16 opt-in
-    Conditional("model.allow_float16", "model.dtype = 'float16'", _is("model.dtype", "float16"),
-                _is_not("process.name", "poisson")),
-    # Poisson log-SNR proposals and the high-SNR guard
-    *_keys(("process.loc", "process.scale", "process.clip"), "process.proposal = 'manual'",
-           _is("process.proposal", "manual"), _POISSON),
-    *_keys(("eval.loc", "eval.scale", "eval.clip"), "eval.proposal = 'manual'",
-           _is("eval.proposal", "manual"), _POISSON),
-    Conditional("eval.alpha_guard", "eval.high_snr_guard = 'round'", _is("eval.high_snr_guard", "round"), _POISSON),
-    *_keys(("eval.sampler_steps", "eval.output_dir"), "eval.mode = 'oracle'", _ORACLE, _POISSON),
-    Conditional("eval.channel_shift", "eval.channel_defensive > 0",
-                lambda c: float(_get(c, "eval.channel_defensive", 0.0)) > 0, _POISSON),
-    Conditional("model.init_prior", "model.head = 'categorical'", _is("model.head", "categorical"), _POISSON),
-    *_keys(("eval.max_examples", "eval.split", "eval.num_generate", "eval.sample_steps", "eval.gamma_min",
-            "eval.gamma_max", "eval.decision"), "eval.input is not set (network mode)", _NO_INPUT,
-           _all(_POISSON, _NETWORK)),
-    Conditional("data.dim", "the law data.distribution is 1-D (a 2-D law has its own dimension)",
-                lambda c: _law_is_1d(c), _POISSON),
-    *_keys(("eval.gamma_min", "eval.gamma_max", "eval.decision", "eval.sample_steps"), "eval.num_generate > 0",
-           lambda c: int(_get(c, "eval.num_generate", 0)) > 0, _all(_POISSON, _NETWORK)),
-    *_keys(("eval.gamma_min", "eval.gamma_max", "eval.decision"), "eval.sampler_steps is not empty",
-           lambda c: len(tuple(_get(c, "eval.sampler_steps", ()) or ())) > 0, _all(_POISSON, _ORACLE)),
-    # generated samples of text runs
-    *_keys(("eval.sample_steps", "eval.sampler"), "eval.num_generate > 0",
-           lambda c: int(_get(c, "eval.num_generate", 0)) > 0, _all(_NETWORK, _is_not("process.name", "poisson"))),
-    # noise schedules, objectives, optimiser
-    *_keys(("process.sigma_min", "process.sigma_max"), "process.schedule = 'geometric'",
-           _is("process.schedule", "geometric")),
-    Conditional("process.eps", "process.schedule is not 'geometric'", _is_not("process.schedule", "geometric")),
-    Conditional("process.antithetic", "process.objective in ('t_dce', 'lambda_dce')",
-                _is("process.objective", "t_dce", "lambda_dce"), _is("process.name", "masked")),
-    *_keys(("optim.min_lr_ratio", "optim.decay_steps"), "optim.decay = 'cosine'", _is("optim.decay", "cosine")),
+    # noise schedules, optimiser
+    *cr.keys(("process.sigma_min", "process.sigma_max"), "process.schedule = 'geometric'",
+             cr.equals("process.schedule", "geometric")),
+    Conditional("process.eps", "process.schedule is not 'geometric'", cr.differs("process.schedule", "geometric")),
+    *cr.keys(("optim.min_lr_ratio", "optim.decay_steps"), "optim.decay = 'cosine'", cr.equals("optim.decay", "cosine")),
     Conditional("train.max_loss_ratio", "train.divergence_guard is True",
-                lambda c: bool(_get(c, "train.divergence_guard", True))),
-    # text oracles: a table file, or the generation keys
-    *_keys(("data.seed", "data.temperature", "data.seq_len", "data.num_support", "data.order",
-            "data.generated_alphabet"), "data.path is empty (a generated table)", lambda c: not _get(c, "data.path"),
-           _all(_ORACLE, _is_not("process.name", "poisson"))),
-    Conditional("data.alphabet", "data.path is set (a table file)", lambda c: bool(_get(c, "data.path")),
-                _all(_ORACLE, _is_not("process.name", "poisson"))),
+                lambda c: bool(cr.get(c, "train.divergence_guard", True))),
     # scoring a user's file (evaluate.py --config.eval.input=FILE)
-    *_keys(("eval.input_unit", "eval.input_samples", "eval.target_se"), "eval.input is set",
-           lambda c: bool(_get(c, "eval.input"))),
+    *cr.keys(("eval.input_unit", "eval.input_samples", "eval.target_se"), "eval.input is set",
+             lambda c: bool(cr.get(c, "eval.input"))),
     Conditional("eval.input_max_samples", "eval.input is set and eval.target_se > 0",
-                lambda c: bool(_get(c, "eval.input")) and float(_get(c, "eval.target_se", 0.0) or 0.0) > 0),
-    *_keys(("eval.num_samples", "eval.max_sequences", "eval.split", "eval.num_generate", "eval.sample_steps"),
-           "eval.input is not set (in input mode the budget is eval.input_samples)", _NO_INPUT,
-           _all(_NETWORK, _is_not("process.name", "poisson"))),
+                lambda c: bool(cr.get(c, "eval.input")) and float(cr.get(c, "eval.target_se", 0.0) or 0.0) > 0),
     # the Markov-4 toys (experiments/paper.py): a table file, or a generated chain
-    Conditional("toy.temperature", "toy.table is empty (a generated chain)", lambda c: not _get(c, "toy.table"),
-                lambda c: _get(c, "toy.table") is not None),
+    Conditional("toy.temperature", "toy.table is empty (a generated chain)", lambda c: not cr.get(c, "toy.table"),
+                lambda c: cr.get(c, "toy.table") is not None),
     # oracle-mode samplers
-    *_keys(("eval.num_generate", "eval.sampler_methods"), "eval.sampler_steps is not empty",
-           lambda c: len(tuple(_get(c, "eval.sampler_steps", ()) or ())) > 0, _ORACLE),
+    *cr.keys(("eval.num_generate", "eval.sampler_methods"), "eval.sampler_steps is not empty",
+             lambda c: len(tuple(cr.get(c, "eval.sampler_steps", ()) or ())) > 0, _ORACLE),
 )
 
 
-def _law_is_1d(config) -> bool:
-    """Whether a Poisson config's count law is 1-D (a pmf file always is; an unknown name counts
-    as 1-D here and is refused where the law is built)."""
-    if _ORACLE(config) and _get(config, "data.path"):
-        return True
-    from infodiff.data import count_synthetic as cs
+def rules(config: ml_collections.ConfigDict) -> tuple[Conditional, ...]:
+    """The conditional keys of ``config``: its process's (:func:`infodiff.tasks.conditional_keys`),
+    then :data:`CONDITIONAL`."""
+    from infodiff import tasks  # jax; imported when a config is checked
 
-    name = str(_get(config, "data.distribution", "") or "zip")
-    try:
-        return cs.get_distribution(name).dim == 1
-    except (KeyError, ValueError):
-        return True
+    return (*tasks.conditional_keys(config), *CONDITIONAL)
 
 
 def not_read(config: ml_collections.ConfigDict) -> dict[str, Conditional]:
     """The keys of ``config`` that its run does not read: {dotted key: its declared condition},
     for the declared keys whose condition is false."""
     present = leaf_keys(config)
-    return {r.key: r for r in CONDITIONAL if r.key in present and r.scope(config) and not r.test(config)}
+    return {r.key: r for r in rules(config) if r.key in present and r.scope(config) and not r.test(config)}
 
 
 def override_keys(argv: list[str]) -> list[str]:

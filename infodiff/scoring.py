@@ -37,11 +37,12 @@ import numpy as np
 
 from infodiff import likelihood as lk
 from infodiff.data import text as text_data
+from infodiff.tasks.masked import SCORING_ESTIMATORS
+from infodiff.validation import check_num_samples
 
 __all__ = ["clean", "Windows", "document_windows", "response_windows", "sum_windows", "Run", "load_run",
            "SCORING_ESTIMATORS"]
 
-SCORING_ESTIMATORS = ("k_dce", "t_dce", "time_free", "lambda_dce")
 DEFAULT_INPUT_SAMPLES = 32  # per window: 2x k_dce's calibrated minimum (tests/test_calibration.py)
 DEFAULT_MAX_SAMPLES = 1024  # the bound of a target_se run, per window
 
@@ -196,9 +197,7 @@ class Run:
     def _samples(self, num_samples) -> int:
         if num_samples is None:
             return self.num_samples
-        if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 2:
-            raise ValueError(f"num_samples={num_samples!r} must be an integer >= 2 (samples per window)")
-        return int(num_samples)
+        return check_num_samples(num_samples, "num_samples")
 
     def _until(self, draw, seed, num_samples, target_se, max_samples) -> lk.Estimate:
         """``draw(key, S)`` -> per-row Estimate; with ``target_se`` (nats) more rounds, each as
@@ -322,7 +321,8 @@ def _merge(a: dict, b: dict) -> dict:
 
 def load_run(workdir: str, *, estimator: str | None = None, num_samples: int | None = None,
              use_ema: bool | None = None, config=None) -> Run:
-    """Load a masked-diffusion text run (its saved config and newest verified checkpoint).
+    """Load a text run (its saved config and newest verified checkpoint); its task's
+    ``scoring_process`` (a process that supports pads) scores the rows.
 
     Args:
       workdir: the training run's directory.
@@ -332,8 +332,8 @@ def load_run(workdir: str, *, estimator: str | None = None, num_samples: int | N
       use_ema: default ``eval.use_ema``.
       config: a resolved config to use instead of the saved one (evaluate.py passes its own).
     Raises:
-      FileNotFoundError: no config.json / checkpoint in ``workdir``; ValueError: not a masked
-      text run, or an estimator that needs equal-length rows.
+      FileNotFoundError: no config.json / checkpoint in ``workdir``; ValueError: a run whose
+      process does not score text, or an estimator that needs equal-length rows.
     """
     from infodiff import tasks, training
 
@@ -343,26 +343,14 @@ def load_run(workdir: str, *, estimator: str | None = None, num_samples: int | N
         if not os.path.isdir(workdir):
             raise FileNotFoundError(f"workdir {workdir!r} does not exist (a training run's directory)")
         config = ml_collections.ConfigDict(training.saved_config(workdir))
-    name = tasks.process_name(config)
-    if name != "masked":
-        raise ValueError(f"{workdir!r} is a {name!r} run: scoring your own text is implemented for masked "
-                         "diffusion runs (configs/masked_text.py)")
     ev = config.eval
-    est_name = str(estimator or ev.estimator)
-    if est_name not in lk.ESTIMATORS:
-        raise ValueError(f"unknown estimator {est_name!r} (config.eval.estimator); choose from {SCORING_ESTIMATORS}")
-    if est_name not in SCORING_ESTIMATORS:
-        raise ValueError(f"estimator {est_name!r} cannot score rows of different lengths; choose from "
-                         f"{SCORING_ESTIMATORS}")
     task = tasks.make_task(config)
+    process = task.scoring_process(str(estimator or ev.estimator))
     ema = bool(ev.use_ema) if use_ema is None else bool(use_ema)
     params, meta = training.load_params(workdir, task, ema=ema)
     den = task.denoiser(params)
-    process = lk.masked_process(est_name, task.schedule_obj, task.vocab_size)
     S = num_samples if num_samples is not None else ev.get("input_samples", DEFAULT_INPUT_SAMPLES)
-    if isinstance(S, bool) or not isinstance(S, (int, np.integer)) or S < 2:
-        what = "num_samples" if num_samples is not None else "config.eval.input_samples"
-        raise ValueError(f"{what}={S!r} must be an integer >= 2 (Monte Carlo samples per window, for a standard error)")
+    check_num_samples(S, "num_samples" if num_samples is not None else "config.eval.input_samples")
     cap = DEFAULT_MAX_SAMPLES
     if float(ev.get("target_se", 0.0) or 0.0) > 0:
         cap = int(ev.get("input_max_samples", DEFAULT_MAX_SAMPLES))

@@ -18,12 +18,20 @@ import numpy as np
 
 __all__ = ["validate_tokens", "validate_token_stream", "validate_counts", "validate_rates", "raise_first",
            "as_key", "check_batch", "check_seq_len", "check_normalised", "check_memory", "format_bytes",
-           "MAX_TABLE_BYTES", "NORMALISATION_TOL"]
+           "MAX_TABLE_BYTES", "NORMALISATION_TOL", "check_num_samples"]
 
 # Default ceiling for tables an oracle would allocate (bytes): refused above it, before allocating.
 MAX_TABLE_BYTES = 4 * 2**30
 # |logsumexp_v log p(v)| above this (nats) on the first batch: the denoiser is not normalised.
 NORMALISATION_TOL = 1e-3
+
+
+def check_num_samples(value, name: str = "num_samples") -> int:
+    """``int(value)`` where ``value`` is an integer >= 2 (Monte Carlo samples: a standard error
+    needs two); ValueError naming ``name`` (e.g. 'config.eval.num_samples') and the value otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 2:
+        raise ValueError(f"{name}={value!r} must be an integer >= 2 to report a standard error")
+    return int(value)
 
 
 def raise_first(bad: np.ndarray, a: np.ndarray, name: str, what: str) -> None:

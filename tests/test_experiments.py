@@ -104,7 +104,7 @@ def test_bad_experiment_settings_are_refused(tmp_path):
 
     cfg = exp_markov_cond.get_config()
     cfg.toy.num_mc = 1
-    with pytest.raises(ValueError, match=r"config.toy.num_mc must be >= 2; got 1"):
+    with pytest.raises(ValueError, match=r"config.toy.num_mc=1 must be an integer >= 2"):
         experiments.run(cfg, str(tmp_path))
     cfg.toy.num_mc = 4
     cfg.experiment = "nope"

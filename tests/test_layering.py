@@ -54,3 +54,151 @@ def test_matplotlib_only_where_plots_are_drawn():
     users = [p.relative_to(ROOT).as_posix() for p in LIB
              if any(m.startswith("matplotlib") for m in _imported_modules(_tree(p)).values())]
     assert users == ["infodiff/evaluation/plots.py"], users
+
+
+# ---------------------------------------------------------------------------------------------
+# The process registry: one reader of config.process.name, no upward import, no module argument
+# ---------------------------------------------------------------------------------------------
+# Each top-level part of the library and its layer; a module imports only its own layer or lower.
+LAYERS = {
+    "validation": 0, "schedules": 0, "denoisers": 0, "interrupts": 0, "supervise": 0, "files": 0,
+    "config_rules": 0,
+    "processes": 1, "oracles": 1, "count_oracles": 1, "parallel": 1,
+    "likelihood": 2, "networks": 2, "data": 2, "poisson_moments": 2,
+    "tasks": 3,
+    "training": 4, "evaluation": 4, "scoring": 4, "config_usage": 4,
+    "cli": 5, "__init__": 5,
+}
+
+
+def _sources(paths):
+    """(name shown, part of infodiff, AST) of each library file."""
+    return [(str(p.relative_to(ROOT)), p.relative_to(ROOT / "infodiff").parts[0].removesuffix(".py"), _tree(p))
+            for p in paths]
+
+
+def _infodiff_imports(tree) -> list[tuple[int, str]]:
+    """(line, imported part of infodiff) of every import, also those inside functions."""
+    out = []
+    for node in ast.walk(tree):
+        mods = []
+        if isinstance(node, ast.Import):
+            mods = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            mods = [f"{node.module}.{a.name}" for a in node.names] if node.module == "infodiff" else [node.module]
+        out += [(node.lineno, m.split(".")[1]) for m in mods if m.startswith("infodiff.")]
+    return out
+
+
+def upward_imports(sources) -> list[str]:
+    """'file:line: part (layer) imports part (layer)' for every import of a higher layer, and
+    'file: ... not in LAYERS' for a part without a layer."""
+    bad = []
+    for where, me, tree in sources:
+        if me not in LAYERS:
+            bad.append(f"{where}: {me!r} is not in LAYERS (give it a layer)")
+            continue
+        for line, other in _infodiff_imports(tree):
+            if other != me and LAYERS.get(other, 99) > LAYERS[me]:
+                bad.append(f"{where}:{line}: {me} ({LAYERS[me]}) imports {other} ({LAYERS.get(other)})")
+    return bad
+
+
+def process_name_uses(sources, names) -> list[str]:
+    """'file:line: ...' for every comparison with a registered process name (a str constant, or
+    a tuple / list / set holding one) and every read of ``<x>.process.name`` /
+    ``<x>.process['name']`` / ``<x>.process.get('name')``."""
+    bad = []
+
+    def consts(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return [node.value]
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return [v for e in node.elts for v in consts(e)]
+        return []
+
+    def is_process(node):  # config.process (a report's r["process"]["name"] is its own field)
+        return isinstance(node, ast.Attribute) and node.attr == "process"
+
+    for where, _, tree in sources:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                hit = [v for e in (node.left, *node.comparators) for v in consts(e) if v in names]
+                if hit:
+                    bad.append(f"{where}:{node.lineno}: compares with the process name {hit[0]!r}")
+            elif isinstance(node, ast.Attribute) and node.attr == "name" and is_process(node.value):
+                bad.append(f"{where}:{node.lineno}: reads .process.name")
+            elif isinstance(node, ast.Subscript) and consts(node.slice) == ["name"] and is_process(node.value):
+                bad.append(f"{where}:{node.lineno}: reads .process['name']")
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                  and is_process(node.func.value) and node.args and consts(node.args[0]) == ["name"]):
+                bad.append(f"{where}:{node.lineno}: reads .process.get('name')")
+    return bad
+
+
+def module_arguments(sources) -> list[str]:
+    """'file:line: ...' for every call that passes a module of the library (a name bound by
+    ``import infodiff...`` or ``from infodiff... import module``), or ``sys.modules[...]``.
+    (numpy / jax.numpy as an array namespace argument is an idiom, not this.)"""
+    import importlib.util
+
+    bad = []
+    for where, _, tree in sources:
+        modules = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.startswith("infodiff")}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("infodiff"):
+                for a in node.names:
+                    try:
+                        is_module = importlib.util.find_spec(f"{node.module}.{a.name}") is not None
+                    except (ImportError, ValueError):
+                        is_module = False
+                    if is_module:
+                        modules.add(a.asname or a.name)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call) or (isinstance(node.func, ast.Name) and node.func.id == "getattr"):
+                continue  # getattr(module, name): a lazy attribute, not a module handed to code
+            for arg in (*node.args, *(k.value for k in node.keywords)):
+                if isinstance(arg, ast.Name) and arg.id in modules:
+                    bad.append(f"{where}:{node.lineno}: passes the module {arg.id!r}")
+                elif (isinstance(arg, ast.Subscript) and isinstance(arg.value, ast.Attribute)
+                      and arg.value.attr == "modules"):
+                    bad.append(f"{where}:{node.lineno}: passes sys.modules[...]")
+    return bad
+
+
+def test_no_upward_import():
+    bad = upward_imports(_sources(LIB))
+    assert not bad, bad
+
+
+def test_process_names_are_read_and_compared_only_in_the_registry():
+    from infodiff import tasks
+
+    outside = [p for p in LIB if p.relative_to(ROOT / "infodiff").parts[0] != "tasks"]
+    bad = process_name_uses(_sources(outside), set(tasks.REGISTRY))
+    assert not bad, bad
+
+
+def test_no_module_is_passed_as_an_argument():
+    bad = module_arguments(_sources(LIB))
+    assert not bad, bad
+
+
+def test_the_registry_checks_fail_on_what_they_guard():
+    """Each check flags a file that breaks its rule (so an empty result means something)."""
+    src = ast.parse(
+        "import sys\n"
+        "from infodiff import tasks\n"
+        "from infodiff.processes import masked\n"
+        "def f(config, kind, oracle_cases):\n"
+        "    if kind == 'poisson' or kind in ('a', 'sedd'):\n"
+        "        return config.process.name, config.process.get('name'), config.process['name']\n"
+        "    oracle_cases.build(config, sys.modules[__name__])\n"
+        "    return g(masked)\n")
+    fake = [("infodiff/processes/fake.py", "processes", src)]
+    assert [b.split(": ", 1)[1] for b in upward_imports(fake)] == ["processes (1) imports tasks (3)"]
+    assert len(process_name_uses(fake, {"poisson", "sedd"})) == 5
+    assert len(module_arguments(fake)) == 2
+    assert upward_imports([("x.py", "newpart", ast.parse(""))])  # a part without a layer

@@ -49,7 +49,7 @@ def test_sedd_model_output_and_score_param():
     c.unlock()
     c.process.score_param = "median"
     with pytest.raises(ValueError, match="score_param"):
-        tasks.make_transformer(c)
+        tasks.score_param(c)
     with pytest.raises(ValueError, match=r"config.process.score_param='median'"):
         tasks.make_task(c)
     assert score_entropy.SCORE_PARAMS == ("direct", "mean")

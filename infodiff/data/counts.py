@@ -57,7 +57,6 @@ import dataclasses
 import gzip
 import hashlib
 import io
-import json
 import os
 import shutil
 import subprocess
@@ -70,13 +69,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from infodiff.data.text import (
-    CorpusCacheError,
-    atomic_save_npy,
-    atomic_write_bytes,
-    sha256_file,
-    default_cache_dir,
-)
+from infodiff import config_rules
+from infodiff.data.cache import (
+    SPLIT_NAMES, CorpusCacheError, default_cache_dir, read_manifest, split_key, write_manifest)
+from infodiff.data.text import sha256_file
+from infodiff.files import atomic_save_npy
 
 __all__ = [
     "NAMES",
@@ -94,9 +91,7 @@ __all__ = [
     "batch_iterator_indices",
 ]
 
-NAMES = ("digits", "fashion_mnist", "randhie", "chorales")
 SPLIT_SEED = 20250505
-SPLIT_NAMES = ("train", "valid", "test")
 FORMAT_VERSION = 1
 _DIRNAME = "counts_v1"
 
@@ -146,9 +141,6 @@ def split_sha256(arr: np.ndarray) -> str:
     return h.hexdigest()
 
 
-_SPLIT_ALIASES = {"train": "train", "valid": "valid", "validation": "valid", "test": "test"}
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class CountDataset:
     """Integer count data with train / valid / test splits.
@@ -175,10 +167,7 @@ class CountDataset:
 
     def split(self, name: str) -> np.ndarray:
         """The split ``name`` ('train', 'valid'/'validation', 'test'); ValueError otherwise."""
-        key = _SPLIT_ALIASES.get(name) if isinstance(name, str) else None
-        if key is None:
-            raise ValueError(f"unknown split {name!r}; expected 'train', 'valid', 'validation' or 'test'")
-        return getattr(self, key)
+        return getattr(self, split_key(name))
 
     def flat(self, name: str) -> np.ndarray:
         """The split as ``int32 [N, D]`` with ``D = prod(event_shape)`` (C order)."""
@@ -415,16 +404,7 @@ def _load_cached(name: str, root: str) -> CountDataset:
     mpath = os.path.join(d, "manifest.json")
     fix = f"delete the cache directory {d} and load again to rebuild it"
     if os.path.exists(mpath):
-        try:
-            with open(mpath, "rb") as f:
-                manifest = json.loads(f.read().decode("utf-8"))
-        except (OSError, ValueError) as e:
-            raise CorpusCacheError(f"count-data manifest {mpath} is unreadable ({e}); {fix}") from e
-        for k, want in _header(name).items():
-            if manifest.get(k) != want:
-                raise CorpusCacheError(
-                    f"count-data cache {d} was built with {k}={manifest.get(k)!r}, this version "
-                    f"expects {want!r}; {fix}")
+        manifest = read_manifest(d, _header(name), "count-data cache", fix)
         splits = {}
         for k in SPLIT_NAMES:
             p = os.path.join(d, f"{k}.npy")
@@ -448,7 +428,7 @@ def _load_cached(name: str, root: str) -> CountDataset:
     ds = make_dataset(name, splits, shape, max_count, desc)
     manifest = dict(_header(name), event_shape=list(shape), max_count=int(max_count),
                     description=desc, sizes=ds.sizes, checksums=ds.checksums)
-    atomic_write_bytes(mpath, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    write_manifest(d, manifest)  # the commit marker: written last, atomically
     _log(f"{name} cached in {d} ({ds.sizes})")
     return ds
 
@@ -549,18 +529,50 @@ def load_chorales(path: str | None = None, window: int = 32) -> CountDataset:
     return make_dataset("chorales", splits, (P, window), 4, desc)
 
 
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """How a count data set of :data:`DATASETS` is loaded: ``load(**{k: config.data[k] for k in
+    reads})`` (the ``data.*`` keys its runs read; the others are not read: :data:`RULES`)."""
+
+    load: Callable[..., CountDataset]
+    reads: tuple[str, ...]
+
+
+# Every count data set, once: its loader and the config keys it reads.
+DATASETS: dict[str, Source] = {
+    "digits": Source(load_digits, ("cache_dir",)),
+    "fashion_mnist": Source(load_fashion_mnist, ("cache_dir",)),
+    "randhie": Source(load_randhie, ("cache_dir",)),
+    "chorales": Source(load_chorales, ("path", "window")),
+}
+NAMES = tuple(DATASETS)
+
+
+def _readers(key: str) -> tuple[str, ...]:
+    return tuple(n for n, src in DATASETS.items() if key in src.reads)
+
+
+def _when(names: tuple[str, ...]) -> str:
+    return f"data.name = {names[0]!r}" if len(names) == 1 else f"data.name in {names}"
+
+
+# data.<key> is read only by the data sets whose loader takes it (infodiff/config_usage.py);
+# data.path is also read by an oracle config (infodiff/tasks/poisson.py).
+PATH_NAMES = _readers("path")
+RULES: tuple[config_rules.Conditional, ...] = tuple(
+    config_rules.Conditional(f"data.{key}", _when(_readers(key)), config_rules.equals("data.name", *_readers(key)))
+    for key in sorted({k for src in DATASETS.values() for k in src.reads} - {"path"}))
+
+
 def load_counts(name: str, cache_dir: str | None = None, **kwargs: Any) -> CountDataset:
-    """Load the count data set ``name`` (one of ``NAMES``); kwargs go to the loader
-    (``chorales``: ``path``, ``window``). Raises ValueError for an unknown name."""
-    if name == "digits":
-        return load_digits(cache_dir)
-    if name == "fashion_mnist":
-        return load_fashion_mnist(cache_dir)
-    if name == "randhie":
-        return load_randhie(cache_dir)
-    if name == "chorales":
-        return load_chorales(**kwargs)
-    raise ValueError(f"unknown count data set {name!r}; choose from {NAMES}")
+    """Load the count data set ``name`` (one of ``NAMES``); ``cache_dir`` and kwargs go to its
+    loader where it takes them (``chorales``: ``path``, ``window``). Raises ValueError for an
+    unknown name."""
+    if name not in DATASETS:
+        raise ValueError(f"unknown count data set {name!r}; choose from {NAMES}")
+    src = DATASETS[name]
+    kw = dict(kwargs, cache_dir=cache_dir)
+    return src.load(**{k: v for k, v in kw.items() if k in src.reads})
 
 
 def batch_iterator_indices(n: int, batch_size: int, seed: int, step: int) -> np.ndarray:

@@ -63,6 +63,10 @@ from typing import Any
 
 import numpy as np
 
+from infodiff.data.cache import (  # noqa: F401  (CorpusCacheError, default_cache_dir: part of this API)
+    SPLIT_NAMES, CorpusCacheError, default_cache_dir, read_manifest, split_key, write_manifest)
+from infodiff.files import atomic_save_npy
+
 __all__ = [
     "VOCAB",
     "VOCAB_SIZE",
@@ -77,6 +81,8 @@ __all__ = [
     "unigram_entropy_bits",
     "train_batch",
     "eval_chunks",
+    "split_key",
+    "CorpusCacheError",
 ]
 
 # --------------------------------------------------------------------------------------
@@ -108,7 +114,6 @@ CLEANING_RULES = (
     "not in a-z becomes a space; runs of spaces collapse to one; leading/trailing space "
     "stripped (character rules of Matt Mahoney's wikifil.pl, the text8 filter)"
 )
-SPLIT_NAMES = ("train", "valid", "test")
 # Integer percentages so the split points are exact and platform independent.
 _SPLIT_PERCENT = (90, 5, 5)
 SPLIT_RULE = (
@@ -268,9 +273,6 @@ def sha256_file(path: str) -> str:
 # The corpus container
 # --------------------------------------------------------------------------------------
 
-_SPLIT_ALIASES = {"train": "train", "valid": "valid", "validation": "valid", "test": "test"}
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class TextCorpus:
     """A character corpus split into train / validation / test token streams.
@@ -301,12 +303,7 @@ class TextCorpus:
         Raises:
           ValueError: for any other name.
         """
-        key = _SPLIT_ALIASES.get(name) if isinstance(name, str) else None
-        if key is None:
-            raise ValueError(
-                f"unknown split {name!r}; expected one of 'train', 'valid', 'validation', 'test'"
-            )
-        return getattr(self, key)
+        return getattr(self, split_key(name))
 
     @property
     def sizes(self) -> dict:
@@ -406,47 +403,8 @@ def load_text8_file(path: str) -> TextCorpus:
 # --------------------------------------------------------------------------------------
 
 
-class CorpusCacheError(RuntimeError):
-    """The on-disk corpus cache is corrupt, stale or inconsistent with its manifest."""
-
-
-def default_cache_dir() -> str:
-    """Cache root: ``$INFODIFF_DATA`` if set (and non-empty), else ``~/.cache/infodiff``."""
-    env = os.environ.get("INFODIFF_DATA")
-    return os.path.abspath(os.path.expanduser(env if env else os.path.join("~", ".cache", "infodiff")))
-
-
 def _log(msg: str) -> None:
     print(f"infodiff: {msg}", file=sys.stderr, flush=True)
-
-
-def _atomic_write(path: str, write) -> None:
-    """Write ``path`` via a unique temporary file in the same directory, then ``os.replace``.
-
-    ``open(..., "xb")`` (rather than ``mkstemp``, which forces mode 0600) keeps the
-    user's umask, so a shared ``$INFODIFF_DATA`` stays readable by others.
-    """
-    tmp = os.path.join(
-        os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-    )
-    try:
-        with open(tmp, "xb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_bytes(path: str, data: bytes) -> None:
-    _atomic_write(path, lambda f: f.write(data))
-
-
-def atomic_save_npy(path: str, arr: np.ndarray) -> None:
-    _atomic_write(path, lambda f: np.save(f, arr, allow_pickle=False))
 
 
 def _verify_sdist(path: str, src: _Source) -> None:
@@ -582,29 +540,14 @@ def _build_cache(corpus_dir: str, sdist_dir: str) -> TextCorpus:
             "checksums": checksums,
         }
     )
-    # The manifest is the commit marker: written last, atomically.
-    atomic_write_bytes(
-        os.path.join(corpus_dir, "manifest.json"),
-        (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("utf-8"),
-    )
+    write_manifest(corpus_dir, manifest)  # the commit marker: written last, atomically
     _log(f"corpus cached in {corpus_dir} ({manifest['lengths']})")
     return _make_corpus(splits, CORPUS_NAME, checksums)
 
 
 def _load_cache(corpus_dir: str) -> TextCorpus:
-    manifest_path = os.path.join(corpus_dir, "manifest.json")
     fix = f"delete the cache directory {corpus_dir} and call load_corpus() again to rebuild it"
-    try:
-        with open(manifest_path, "rb") as f:
-            manifest = json.loads(f.read().decode("utf-8"))
-    except (OSError, ValueError) as e:
-        raise CorpusCacheError(f"corpus cache manifest {manifest_path} is unreadable ({e}); {fix}") from e
-    for key, want in _expected_manifest_header().items():
-        if manifest.get(key) != want:
-            raise CorpusCacheError(
-                f"corpus cache {corpus_dir} was built with a different {key!r} "
-                f"({manifest.get(key)!r}, this version of infodiff expects {want!r}); {fix}"
-            )
+    manifest = read_manifest(corpus_dir, _expected_manifest_header(), "corpus cache", fix)
     splits = {}
     for k in SPLIT_NAMES:
         p = os.path.join(corpus_dir, f"{k}.npy")

@@ -1,8 +1,9 @@
 """``evaluate.py --workdir W --config.eval.input=FILE``: score a user's file with a trained
-masked text run (:mod:`infodiff.scoring`) and write a report, per-row files and plots.
+run and write a report, per-row files and plots. What a run scores is its process
+registration's ``input_format`` (:mod:`infodiff.tasks`): 'text' (:mod:`infodiff.scoring`) or
+'counts' (a ``.npy`` of counts [N, *event_shape] or [N, D] -> -log P(x) per example).
 
-Formats (by extension; masked text runs, or for a Poisson run a ``.npy`` of counts
-[N, *event_shape] or [N, D] -> -log P(x) per example):
+Text formats (by extension):
   * ``.txt``: one document per line (``eval.input_unit = 'line'``, empty lines skipped; ids are
     line numbers) or the whole file as one document (``'file'``): -log p(document);
   * ``.jsonl``, every line ``{"prompt", "response"}``: -log p(response | prompt);
@@ -28,6 +29,7 @@ import time
 import numpy as np
 
 from infodiff import scoring
+from infodiff.validation import check_num_samples
 from infodiff.evaluation import plots
 from infodiff.evaluation import report as report_lib
 
@@ -214,9 +216,9 @@ def _evaluate_counts(config, workdir, t0) -> tuple[dict, str]:
     ev = config.eval
     path = str(ev.input)
     task = tasks.make_task(config)
-    if int(ev.num_samples) < 2 or int(ev.batch_size) < 1:  # the split's other eval keys are not read here
-        raise ValueError(f"config.eval.num_samples={ev.num_samples} must be >= 2 and config.eval.batch_size="
-                         f"{ev.batch_size} >= 1")
+    check_num_samples(ev.num_samples, "config.eval.num_samples")  # the split's other eval keys are not read here
+    if int(ev.batch_size) < 1:
+        raise ValueError(f"config.eval.batch_size={ev.batch_size} must be >= 1 (rows per denoiser call)")
     x = read_counts(path, tuple(task.data.event_shape), int(task.data.max_count))
     params, meta = training.load_params(workdir, task, ema=bool(ev.use_ema))
     den = task.denoiser(params)
@@ -275,9 +277,11 @@ def evaluate_input(config, workdir: str) -> tuple[dict, str]:
     (:func:`report.write_report`), after it has printed the table."""
     from infodiff import tasks
 
-    t0 = time.time()
-    if tasks.process_name(config) == "poisson":
-        return _evaluate_counts(config, workdir, t0)
+    return _SCORERS[tasks.registration(config).input_format](config, workdir, time.time())
+
+
+def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
+    """A text run's -log p per row of a .txt / .jsonl file (:mod:`infodiff.scoring`)."""
     ev = config.eval
     path = str(ev.input)
     read_notes: list = []
@@ -353,6 +357,10 @@ def evaluate_input(config, workdir: str) -> tuple[dict, str]:
             + (f"; {len(unseen)} rows saw none of it (a response of {run.seq_len} characters or more): ids "
                f"{', '.join(unseen[:10])}" if unseen else ""))
     return rep, out_dir
+
+
+# The scorer of each input format (infodiff.tasks.INPUT_FORMATS: a registration's input_format).
+_SCORERS = {"text": _evaluate_text, "counts": _evaluate_counts}
 
 
 def _totals(est, chars) -> dict:

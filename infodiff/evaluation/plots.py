@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-__all__ = ["count_samples_png", "training_curves", "training_curves_png", "input_rows_png", "oracle_estimates_png"]
+__all__ = ["FIGURES", "count_samples_png", "training_curves", "training_curves_png", "input_rows_png", "oracle_estimates_png"]
 
 # Labels of the bits metric a task logs (Task.metric) when the report's units are not given.
 _BITS_UNITS = {"bpc": {"nll": "nats per sequence", "bits": "bits per character"},
@@ -108,6 +108,10 @@ def count_samples_png(path: str, data, samples_NxD: np.ndarray, dist=None) -> No
         fig.suptitle(f"{data.name}: increment-sampler samples")
     fig.tight_layout()
     _save(fig, path)
+
+
+# The figures a task may ask for (infodiff.tasks.Figure.kind): kind -> draw(path, *args).
+FIGURES = {"count_samples": count_samples_png}
 
 
 def training_curves(records: list[dict]) -> dict:

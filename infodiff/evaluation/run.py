@@ -77,6 +77,20 @@ def _training_curves(task, workdir: str) -> tuple[list, list]:
     return [png], []
 
 
+def _draw(figures: list, workdir: str) -> list[str]:
+    """Draw a task's figures (:class:`tasks.Figure`) into ``workdir``; their paths."""
+    if not figures:
+        return []
+    from infodiff.evaluation import plots as plots_lib
+
+    paths = []
+    for fig in figures:
+        path = os.path.join(workdir, fig.name)
+        plots_lib.FIGURES[fig.kind](path, *fig.args)
+        paths.append(path)
+    return paths
+
+
 def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Likelihood of a trained model on ``eval.split`` with a standard error (any process).
 
@@ -133,7 +147,8 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                                                                  task.uniform_nll, u["nll"]))
     gen = task.generate(den, sample_key)
     rep.update(samples=gen.get("samples", []), sampler=gen.get("sampler"), sample_steps=gen.get("sample_steps", 0))
-    extras, plots = task.eval_extras(est, x, gen, workdir)
+    extras, figures = task.eval_extras(est, x, gen)
+    plots = _draw(figures, workdir)
     curves, notes = _training_curves(task, workdir)
     rep["extras"], rep["plots"], rep["plot_notes"] = extras, plots + curves, notes
     rep.update(report_lib.common(config, int(ev.seed), t0))

@@ -27,6 +27,8 @@ import shutil
 import socket
 import time
 
+from infodiff import files
+
 __all__ = ["LOCK_NAME", "STORAGE_ERRNOS", "StorageError", "WorkdirLockedError", "WorkdirLock",
            "storage_error", "storage_guard", "atomic_write_text", "atomic_write_bytes", "clean_tmp_checkpoints",
            "TMP_MARKER"]
@@ -121,16 +123,14 @@ def atomic_write_text(path: str, text: str) -> None:
 
 
 def atomic_write_bytes(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: :func:`infodiff.data.text.atomic_write_bytes` (a
+    """Write ``data`` to ``path`` atomically: :func:`infodiff.files.atomic_write_bytes` (a
     uniquely named temporary file in the same directory, fsync, rename; the umask's
     permissions, not mkstemp's 0600), with a full, read-only or forbidden storage reported as
     StorageError naming ``path``. A failure leaves any previous ``path`` intact and no
     temporary file behind. Raises StorageError or OSError."""
-    from infodiff.data import text as text_lib
-
     path = os.fspath(path)
     with storage_guard(path):
-        text_lib.atomic_write_bytes(path, data)
+        files.atomic_write_bytes(path, data)
 
 
 def clean_tmp_checkpoints(directory: str) -> list[str]:

@@ -1,0 +1,186 @@
+"""The ``sedd`` process's registration: score-entropy discrete diffusion (SEDD) on text.
+
+Loss: sigma(t) x score entropy (SEDD Eq. 3, ``processes/score_entropy.py``), graph
+``config.process.graph``; eval-mode denoiser :class:`ScoreModel`; estimation process I-MDSE
+(``eval.lambda_sampling``); oracle case: every graph x lam sampling of ``eval.graphs`` /
+``eval.lambda_samplings`` against a tabular or Markov law, plus the samplers' total variation.
+"""
+
+from __future__ import annotations
+
+import jax
+import ml_collections
+import numpy as np
+
+from infodiff.networks.text_denoisers import ScoreModel
+from infodiff.processes import base
+from infodiff.processes import score_entropy
+from infodiff.tasks import OracleCase, OracleEstimator, Registration, register
+from infodiff.tasks import text
+from infodiff.validation import check_num_samples
+
+__all__ = ["SeddTask", "score_param", "check_sedd_eval_config", "oracle_case", "REGISTRATION"]
+
+SAMPLERS = ("euler", "tweedie")
+
+
+def score_param(config: ml_collections.ConfigDict) -> str:
+    """A SEDD run's ``config.process.score_param`` (default 'direct'); ValueError if unknown."""
+    return score_entropy.check_score_param(config.process.get("score_param", "direct"))
+
+
+def check_sedd_eval_config(config: ml_collections.ConfigDict) -> None:
+    """Validate a SEDD run's ``eval.*`` settings up front (training and evaluate.py), so that a
+    typo fails in seconds rather than after training or after the whole I-MDSE pass.
+
+    Raises ValueError naming the key and value: eval.estimator != 'imdse', an unknown
+    eval.lambda_sampling or eval.sampler, eval.num_samples < 2, eval.sample_steps < 1, an
+    unknown process.graph or process.score_param.
+    """
+    ev = config.eval
+    if ev.get("estimator", "imdse") != "imdse":
+        raise ValueError(f"config.eval.estimator={ev.estimator!r}: a score-entropy (sedd) model "
+                         "is evaluated with 'imdse'")
+    ls = ev.get("lambda_sampling", None)
+    if ls is not None and ls not in score_entropy.LAMBDA_SAMPLING:
+        raise ValueError(f"config.eval.lambda_sampling={ls!r}; choose from {score_entropy.LAMBDA_SAMPLING}")
+    if int(ev.get("num_generate", 0)) > 0 and ev.get("sampler", "tweedie") not in SAMPLERS:
+        raise ValueError(f"config.eval.sampler={ev.sampler!r}; choose 'euler' or 'tweedie'")
+    check_num_samples(ev.get("num_samples", 2), "config.eval.num_samples")
+    if int(ev.get("num_generate", 0)) > 0 and int(ev.get("sample_steps", 1)) < 1:
+        raise ValueError(f"config.eval.sample_steps={ev.sample_steps} must be >= 1")
+    score_entropy.check_graph(config.process.graph)
+    score_param(config)
+
+
+class SeddTask(text.TextTask):
+    """Score-entropy discrete diffusion (SEDD) on text, graph ``config.process.graph``.
+
+    Loss: SEDD's continuous-time DSE objective per sequence, ``t ~ U[0, 1)`` (antithetic
+    across the batch if ``process.antithetic``), lam = lambda(t), z ~ p_{lam|0}(. | x),
+    loss = sigma(t) * score_entropy (= l_DSE, SEDD Eq. 3 / docs/discrete_diffusion.md §3.1): an unbiased estimate of
+    ``int_0^1 DSE dt``, the diffusion term of the I-MDSE bound (the prior KL is not included).
+    The network is conditioned on lam. ``denoiser``: :class:`ScoreModel`. The ``eval.*``
+    settings are validated at construction (:func:`check_sedd_eval_config`).
+    """
+
+    name = "sedd"
+
+    def __init__(self, config, data=None):
+        check_sedd_eval_config(config)
+        self.score_param = score_param(config)
+        super().__init__(config, data)
+        p = config.process
+        self.graph = score_entropy.check_graph(p.graph)
+        self.schedule = text.schedule_from_config(p)
+        self.antithetic = bool(p.get("antithetic", True))
+        # SEDD's objective: t ~ U[0, 1) (antithetic), weight sigma(t) (SEDD Eq. 3).
+        self.process = score_entropy.ScoreEntropyProcess(
+            graph=self.graph, vocab_size=self.vocab_size, noise_law="time", schedule=self.schedule,
+            antithetic=self.antithetic)
+
+    def network_output(self):
+        """Raw 'logits' for ``score_param='direct'`` (the score is exp(logits)), else 'log_softmax'."""
+        return "logits" if self.score_param == "direct" else "log_softmax"
+
+    @property
+    def objective(self):
+        return f"sedd:{self.graph}"
+
+    def loss_B(self, apply_fn, batch, key, *, train):
+        graph, sp = self.graph, self.score_param
+
+        def log_score(params, z, lam):
+            del params
+            return score_entropy.log_score_from_output(graph, sp, apply_fn(z, lam), z, lam)
+
+        return base.training_loss(self.process, log_score, None, batch, key)
+
+    def denoiser(self, params):
+        return ScoreModel(model=self.model, params=params, graph=self.graph, score_param=self.score_param)
+
+    def check_eval_config(self):
+        check_sedd_eval_config(self.config)
+        super().check_eval_config()
+
+    def estimation_process(self, key=None):
+        ls = self.config.eval.get("lambda_sampling", None) or score_entropy.DEFAULT_LAMBDA_SAMPLING[self.graph]
+        return score_entropy.ScoreEntropyProcess(graph=self.graph, vocab_size=self.vocab_size, noise_law=ls,
+                                                 lam_max=self.schedule_obj.lambda_max)
+
+    def scoring_process(self, estimator):
+        if estimator != "imdse":
+            raise ValueError(f"estimator {estimator!r}: a score-entropy (sedd) run scores text with 'imdse'")
+        # Rows of different lengths need pads (likelihood.nll(pad_BxL=...)); ScoreEntropyProcess
+        # has none yet (issue 25, item 4: pad_id). Return self.estimation_process() once it has.
+        raise ValueError("scoring your own text with a sedd run needs padding in ScoreEntropyProcess, "
+                         "which is not implemented yet; score it with a masked run (configs/masked_text.py)")
+
+    def process_info(self, process):
+        return {"name": self.name, "graph": self.graph, "score_param": self.score_param,
+                "lambda_sampling": process.noise_law, "lam_max": process.lam_max}
+
+    def generate(self, denoiser, key):
+        ev = self.config.eval
+        n_gen, L = int(ev.get("num_generate", 4)), self.seq_len
+        if n_gen <= 0:
+            return {}
+        steps, method = int(ev.get("sample_steps", L)), ev.get("sampler", "tweedie")
+        gen = score_entropy.sample(denoiser, self.graph, key, n_gen, L, self.vocab_size, steps,
+                                   method=method, lam_max=self.schedule_obj.lambda_max)
+        return self._decoded(gen, f"SEDD {method} sampler", steps)
+
+
+def oracle_case(config, name: str = "sedd") -> OracleCase:
+    """Every graph x lam sampling of ``eval.graphs`` / ``eval.lambda_samplings`` with the exact
+    score of a tabular or Markov oracle (the conditional under the absorbing graph), plus the
+    Euler / Tweedie samplers' total variation to a small tabular law at each of
+    ``eval.sampler_steps``. ``name``: the process's registered name (the report's)."""
+    ev = config.eval
+    text.check_num_sequences(config)
+    graphs = text.names(ev.graphs, score_entropy.GRAPHS, "eval.graphs", "graph")
+    samplings = text.names(ev.lambda_samplings, score_entropy.LAMBDA_SAMPLING, "eval.lambda_samplings",
+                           "lambda sampling")
+    steps_list = text.steps_list(ev.sampler_steps)
+    methods = text.names(ev.sampler_methods, SAMPLERS, "eval.sampler_methods", "sampler") if steps_list else []
+    case, orc, _, key = text.text_oracle_case(config, name, check_prompt=False)
+    x = case.x
+    L, V = x.shape[1], orc.vocab_size
+    lam_max = text.schedule_from_config(config.process).lambda_max
+    case.info["lam_max"] = lam_max
+    for i, graph in enumerate(graphs):
+        for j, samp in enumerate(samplings):
+            proc = score_entropy.ScoreEntropyProcess(graph=graph, vocab_size=V, noise_law=samp, lam_max=lam_max)
+            case.estimators.append(OracleEstimator(
+                proc, score_entropy.OracleScore(orc, graph), jax.random.fold_in(jax.random.fold_in(key, i), j),
+                conditional=(graph == "absorb"), ratio=False))
+
+    def samplers():
+        if not (steps_list and config.data.name == "tabular" and V**L <= 100_000):
+            return []
+        allx = np.array(np.unravel_index(np.arange(V**L), (V,) * L)).T
+        p_true = np.exp(orc.log_prob(allx))
+        n = int(ev.num_generate)
+        floor = []
+        for r in range(3):  # TV of an exact sample of the same size: the Monte Carlo floor
+            idx = np.ravel_multi_index(orc.sample(np.random.default_rng(ev.seed + 7 + r), n).T, (V,) * L)
+            floor.append(0.5 * np.abs(np.bincount(idx, minlength=V**L) / n - p_true).sum())
+        tv = {}
+        for graph in graphs:
+            for method in methods:
+                tvs = []
+                for steps in steps_list:
+                    gen = np.asarray(score_entropy.sample(score_entropy.OracleScore(orc, graph), graph,
+                                                          jax.random.fold_in(key, 10_000 + steps), n, L, V, steps,
+                                                          method=method, lam_max=lam_max))
+                    idx = np.ravel_multi_index(gen.T, (V,) * L)
+                    tvs.append(float(0.5 * np.abs(np.bincount(idx, minlength=V**L) / n - p_true).sum()))
+                tv[f"{graph}:{method}"] = tvs
+        return [{"steps": steps_list, "tv": tv, "num_generate": n, "tv_of_exact_sample": float(np.mean(floor))}]
+
+    case.samplers = samplers
+    return case
+
+
+REGISTRATION = register(Registration(name="sedd", task=SeddTask, oracle_case=oracle_case,
+                                     conditional=text.RULES, input_format="text"))
