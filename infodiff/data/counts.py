@@ -88,6 +88,10 @@ __all__ = [
     "load_chorales",
     "chorales_path",
     "split_sha256",
+    "DATASETS",
+    "SYNTHETIC",
+    "is_synthetic",
+    "figure_kind",
     "batch_iterator_indices",
 ]
 
@@ -536,16 +540,33 @@ class Source:
 
     load: Callable[..., CountDataset]
     reads: tuple[str, ...]
+    figure: str  # how generated samples are drawn: 'images', 'histogram' (of counts) or 'rolls'
 
 
-# Every count data set, once: its loader and the config keys it reads.
+# Every count data set, once: its loader, the config keys it reads, its figure.
 DATASETS: dict[str, Source] = {
-    "digits": Source(load_digits, ("cache_dir",)),
-    "fashion_mnist": Source(load_fashion_mnist, ("cache_dir",)),
-    "randhie": Source(load_randhie, ("cache_dir",)),
-    "chorales": Source(load_chorales, ("path", "window")),
+    "digits": Source(load_digits, ("cache_dir",), "images"),
+    "fashion_mnist": Source(load_fashion_mnist, ("cache_dir",), "images"),
+    "randhie": Source(load_randhie, ("cache_dir",), "histogram"),
+    "chorales": Source(load_chorales, ("path", "window"), "rolls"),
 }
 NAMES = tuple(DATASETS)
+# data.name of a synthetic law (infodiff.tasks.poisson.load_count_data); its data set is named
+# 'synthetic:<law>'.
+SYNTHETIC = "synthetic"
+
+
+def is_synthetic(name: str) -> bool:
+    """Whether the data set ``name`` is a synthetic law's ('synthetic:<law>')."""
+    return name.split(":")[0] == SYNTHETIC
+
+
+def figure_kind(name: str) -> str:
+    """How generated samples of the data set ``name`` are drawn: its :data:`DATASETS` figure,
+    'histogram' for a synthetic law, 'images' for a data set given as an object."""
+    if is_synthetic(name):
+        return "histogram"
+    return DATASETS[name].figure if name in DATASETS else "images"
 
 
 def _readers(key: str) -> tuple[str, ...]:

@@ -46,9 +46,12 @@ def _save(fig, path) -> None:
 def count_samples_png(path: str, data, samples_NxD: np.ndarray, dist=None) -> None:
     """Generated count samples next to the truth: a 2-D histogram (2-D synthetic laws), a bar
     chart of the pmf (1-D laws, randhie), rolls (chorales) or image tiles (digits, Fashion-MNIST)."""
+    from infodiff.data import counts
+
     plt = _pyplot()
     shape = data.event_shape
-    if data.name.startswith("synthetic") and data.dim == 2 and dist is not None and dist.dim == 2:
+    kind = counts.figure_kind(data.name)
+    if kind == "histogram" and data.dim == 2 and dist is not None and dist.dim == 2:
         K = data.max_count + 1
         fig, axes = plt.subplots(1, 2, figsize=(8, 3.8))
         h = np.zeros((K, K))
@@ -62,7 +65,7 @@ def count_samples_png(path: str, data, samples_NxD: np.ndarray, dist=None) -> No
             ax.set_title(f"{data.name} {title}")
             ax.set_xlabel("x1")
             ax.set_ylabel("x2")
-    elif data.name.startswith("synthetic") or data.name == "randhie":
+    elif kind == "histogram":
         fig, ax = plt.subplots(figsize=(6, 3.5))
         s = samples_NxD.reshape(-1)
         K = data.max_count + 1
@@ -76,7 +79,7 @@ def count_samples_png(path: str, data, samples_NxD: np.ndarray, dist=None) -> No
         ax.set_ylabel("probability")
         ax.set_title(f"{data.name}: {s.size} generated values")
         ax.legend()
-    elif data.name == "chorales":
+    elif kind == "rolls":
         # top row: real test windows; below: generated (pitch upwards, time to the right)
         real = data.flat("test")[np.linspace(0, len(data.test) - 1, 4).astype(int)]
         gen = samples_NxD[:8]

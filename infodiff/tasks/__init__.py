@@ -19,7 +19,7 @@ differentiated scalar is ``mean_b loss_b / L`` (or ``/ D``): nats per token / di
 ``bpc = loss / (L ln 2)`` or ``bpd = loss / (D ln 2)``.
 
 Adding a process: its maths in ``processes/<name>.py``, a ``tasks/<name>.py`` that calls
-:func:`register`, an import line at the bottom of this file, and its config file.
+:func:`register` (every module of this package is imported), and its config file.
 """
 
 from __future__ import annotations
@@ -375,7 +375,16 @@ def oracle_case(config: ml_collections.ConfigDict) -> OracleCase:
     return registration(config).oracle_case(config)
 
 
-# The built-in processes register themselves on import; their helpers stay importable from here.
+# Every module of this package is imported, so each process's registration runs (a new process
+# is a new file here: nothing to add to this file); their helpers stay importable from here.
+def _import_registrations() -> None:
+    import importlib
+    import pkgutil
+
+    for m in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{m.name}")
+
+
 from infodiff.tasks.text import (  # noqa: E402
     TextTask, compute_dtype, load_text_corpus, make_transformer, schedule_from_config)
 from infodiff.tasks.masked import MaskedTask, make_mask_spec  # noqa: E402
@@ -384,3 +393,5 @@ from infodiff.tasks.poisson import (  # noqa: E402
     PoissonTask, check_counts, empirical_prior_logits, load_count_data, make_count_model, make_scaling,
     oracle_distribution, poisson_estimation_process, poisson_proposal, synthetic_dim, synthetic_distribution,
     synthetic_entropy, synthetic_sample, synthetic_w1)
+
+_import_registrations()  # any other process of this package

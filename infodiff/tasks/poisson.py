@@ -123,7 +123,7 @@ def load_count_data(config: ml_collections.ConfigDict) -> counts_lib.CountDatase
     """
     d = config.data
     name = str(d.name)
-    if name == "synthetic":
+    if name == counts_lib.SYNTHETIC:
         dist = synthetic_distribution(config)
         dim = synthetic_dim(config, dist)
         sizes = (int(d.num_train), int(d.num_valid), int(d.num_test))
@@ -131,11 +131,11 @@ def load_count_data(config: ml_collections.ConfigDict) -> counts_lib.CountDatase
         for i, (k, n) in enumerate(zip(counts_lib.SPLIT_NAMES, sizes)):
             rng = np.random.default_rng([int(d.seed), i])
             splits[k] = synthetic_sample(config, dist, rng, n).astype(np.int32)
-        return counts_lib.make_dataset(f"synthetic:{d.distribution}", splits, (dim,), int(dist.max_count),
+        return counts_lib.make_dataset(f"{counts_lib.SYNTHETIC}:{d.distribution}", splits, (dim,), int(dist.max_count),
                                        f"{d.distribution} truncated at {dist.max_count}, {dim} coordinates, "
                                        f"seed {d.seed}")
     if name not in counts_lib.DATASETS:
-        raise ValueError(f"config.data.name={name!r}; choose from {counts_lib.NAMES + ('synthetic',)}")
+        raise ValueError(f"config.data.name={name!r}; choose from {counts_lib.NAMES + (counts_lib.SYNTHETIC,)}")
     # the data.* keys its loader takes (counts.DATASETS); an empty path / cache_dir is the default
     kwargs = {k: (d[k] or None) if isinstance(d[k], str) else d[k] for k in counts_lib.DATASETS[name].reads}
     return counts_lib.load_counts(name, **kwargs)
@@ -262,7 +262,7 @@ class PoissonTask(Task):
     @property
     def uniform_nll(self) -> float:
         """``D ln(K + 1)`` nats per example (counts 0..K, ``data.max_count``)."""
-        return self.dim * malog(self.data.max_count + 1)
+        return self.dim * math.log(self.data.max_count + 1)
 
     def init_params(self, key):
         D = self.dim
@@ -385,7 +385,7 @@ class PoissonTask(Task):
         data, ev = self.data, self.config.eval
         extras, figures = {}, []
         dist = None
-        if data.name.startswith("synthetic"):
+        if counts_lib.is_synthetic(data.name):
             dist = synthetic_distribution(self.config)
             counts = self._eval_counts
             h = synthetic_entropy(self.config, dist)
@@ -406,7 +406,7 @@ class PoissonTask(Task):
             else:
                 extras["generated_mean_count"] = float(gen.mean())
                 extras["test_mean_count"] = float(data.flat("test").mean())
-            shown = gen if dist is not None or data.name == "randhie" else gen[:32]
+            shown = gen if counts_lib.figure_kind(data.name) == "histogram" else gen[:32]
             figures.append(Figure("samples.png", "count_samples", (data, shown, dist)))
         return extras, figures
 
@@ -551,7 +551,7 @@ def _law_is_1d(config) -> bool:
         return True
 
 
-_SYNTHETIC = "data.name = 'synthetic'"
+_SYNTHETIC = f"data.name = {counts_lib.SYNTHETIC!r}"
 _NETWORK = cr.NETWORK
 _ORACLE = cr.ORACLE
 
@@ -559,9 +559,9 @@ _ORACLE = cr.ORACLE
 RULES: tuple[cr.Conditional, ...] = (
     # data sources (oracle mode reads its law from data.path / distribution / max_count / dim)
     *cr.keys(("data.distribution", "data.max_count", "data.dim"), f"{_SYNTHETIC} or eval.mode = 'oracle'",
-             lambda c: _ORACLE(c) or cr.get(c, "data.name") == "synthetic"),
+             lambda c: _ORACLE(c) or cr.get(c, "data.name") == counts_lib.SYNTHETIC),
     *cr.keys(("data.num_train", "data.num_valid", "data.num_test", "data.seed"), _SYNTHETIC,
-             cr.equals("data.name", "synthetic")),
+             cr.equals("data.name", counts_lib.SYNTHETIC)),
     *counts_lib.RULES,
     cr.Conditional("data.path", "data.name = 'chorales' or eval.mode = 'oracle'",
                    lambda c: _ORACLE(c) or cr.get(c, "data.name") in counts_lib.PATH_NAMES),
