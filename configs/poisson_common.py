@@ -1,6 +1,6 @@
 """Shared schema of the Poisson-diffusion (ItDPDM) configs (configs/poisson_*.py, oracle_poisson.py).
 
-Groups: data / process / model / optim / train / eval (see infodiff/tasks.py, PoissonTask).
+Groups: data / process / model / optim / train / eval (see infodiff/tasks/poisson.py, PoissonTask).
 """
 
 import ml_collections

@@ -1,8 +1,8 @@
 """A config key that the chosen mode does not read is an error (infodiff/config_usage.py).
 
 For each config, a tiny real run (train + evaluate, or an oracle evaluation) under
-``config_usage.track_reads`` must leave unread exactly the keys that ``config_usage.CONDITIONAL``
-declares unread for that config: a new dead key, or a declaration that no longer matches the
+``config_usage.track_reads`` must leave unread exactly the keys that ``config_usage.rules`` (the
+process registration's ``conditional`` and ``config_usage.CONDITIONAL``) declare unread for that config: a new dead key, or a declaration that no longer matches the
 code, fails here. The default suite covers one config per process, data source and mode;
 ``INFODIFF_ALL_CONFIGS=1`` runs every shipped config that needs no external file or download.
 Then the refusal itself: an override of such a key is one line at the command line, before any

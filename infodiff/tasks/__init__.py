@@ -346,8 +346,12 @@ def conditional_keys(config: ml_collections.ConfigDict) -> tuple[config_rules.Co
     ``conditional``); () for a config without a registered process (an experiment's, or a bad
     name, which the run itself refuses)."""
     process = config.get("process", None)
-    reg = REGISTRY.get(process.get("name", None)) if isinstance(process, ml_collections.ConfigDict) else None
-    return reg.conditional if reg is not None else ()
+    if not isinstance(process, ml_collections.ConfigDict) or "name" not in process:
+        return ()
+    try:
+        return registration(config).conditional
+    except ValueError:
+        return ()
 
 
 def make_task(config: ml_collections.ConfigDict, *, data: Any = None) -> Task:
