@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from infodiff.processes import base
 from infodiff.processes import masked
 
 GRAPHS = ("absorb", "uniform")
@@ -451,7 +452,7 @@ jax.tree_util.register_dataclass(SENoise, data_fields=["lam", "weight", "denom",
 
 
 @dataclasses.dataclass(frozen=True)
-class ScoreEntropyProcess:
+class ScoreEntropyProcess(base.Process):
     """Score-entropy discrete diffusion as a :class:`infodiff.processes.base.Process`.
 
     The integrand is ``weight * score_entropy(graph, log_s(z, lam), x, z, lam) / denom``:
