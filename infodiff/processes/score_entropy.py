@@ -505,6 +505,13 @@ class ScoreEntropyProcess(base.Process):
         too small below this (absorb 128; uniform graph 512)."""
         return 512 if self.graph.name == "uniform" else 128
 
+    @property
+    def pad_id(self) -> int | None:
+        """Pads hold id V, MASK under the absorbing graph (the score model reads them as masked,
+        so the estimate is the marginal likelihood of the rest); None (no padding) under the
+        uniform graph, which has no token outside the vocabulary."""
+        return self.vocab_size if self.graph.has_mask else None
+
     def draw_noise(self, key, target_RxL, sample_R=None) -> SENoise:
         del sample_R
         R = target_RxL.shape[0]
