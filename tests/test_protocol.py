@@ -9,6 +9,7 @@
 import ast
 import dataclasses
 import pathlib
+import re
 import types
 import typing
 import warnings
@@ -75,6 +76,10 @@ def test_the_protocol_declares_what_the_docstring_lists():
     doc = base.__doc__
     for name in list(hints) + methods:
         assert f"``{name}" in doc, f"base.py's docstring does not list {name}"
+    for name in hints:  # each default as the docstring states it: ``name: type`` = default
+        if name in vars(base.Process):
+            stated = re.search(rf"``{name}: [^`]+`` = (\S+)", doc)
+            assert stated and stated.group(1) == repr(getattr(base.Process, name)), (name, stated)
     assert {"needs_plan", "se_method", "min_samples", "vocab_size", "pad_id", "checks_normalised",
             "per_input_targets", "infinite_variance", "chunk_order", "row_wise", "estimator"} <= set(hints)
     assert {"extra_passes", "pilot_stage", "plan", "draw_noise", "integrand", "exact_terms",
