@@ -40,6 +40,7 @@ from infodiff import denoisers
 from infodiff import interrupts
 from infodiff import parallel
 from infodiff import schedules as schedules_lib
+from infodiff.processes import base
 from infodiff.processes import masked
 from infodiff.processes import poisson
 from infodiff.processes import score_entropy as se
@@ -62,7 +63,7 @@ SE_METHODS = {
 T_SCALING = ("every SE is Student-t scaled, SE = raw SE x t_{0.975, dof} / 1.96, so that +-1.96 SE "
              "is the 95% t-interval (per item dof = S - 1: factor 1.07 at S = 32, 1.01 at 128; a "
              "split's SE pools the items' variances, dof = B (S - 1), factor ~1)")
-DEFAULT_MIN_SAMPLES = 32  # below a process's min_samples the SE is flagged (Estimate.few_samples)
+DEFAULT_MIN_SAMPLES = base.DEFAULT_MIN_SAMPLES  # below a process's min_samples the SE is flagged (Estimate.few_samples)
 Z975 = 1.959963984540054
 
 
@@ -457,12 +458,13 @@ def _check_common(num_samples, batch_size):
 
 
 def _pad(pad_BxL, x_BxL, process):
-    """The bool [B, L] pad mask (None if none), checked: masked process, the data's shape."""
+    """The bool [B, L] pad mask (None if none), checked: a process with a ``pad_id``, the data's
+    shape."""
     if pad_BxL is None:
         return None
-    if not isinstance(process, masked.MaskedProcess):
-        raise NotImplementedError(f"padding (pad_BxL) is for the masked process; {type(process).__name__} "
-                                  "scores every position of a fixed-length input")
+    if process.pad_id is None:
+        raise NotImplementedError(f"padding (pad_BxL) needs a process with a pad token; the {type(process).__name__} "
+                                  f"({process.estimator}) scores every position of a fixed-length input: drop pad_BxL")
     pad = np.asarray(pad_BxL)
     if pad.dtype != bool or pad.shape != np.shape(x_BxL):
         raise ValueError(f"pad_BxL must be bool with the data's shape {np.shape(x_BxL)}; got {pad.dtype} {pad.shape}")
@@ -470,13 +472,13 @@ def _pad(pad_BxL, x_BxL, process):
 
 
 def _mask_pads(x, pad, target, process):
-    """x with the mask token (id V) at the pads; ValueError if a pad is a target position."""
+    """x with ``process.pad_id`` at the pads; ValueError if a pad is a target position."""
     if pad is None:
         return x
     if np.any(pad & target):
         b, l = np.argwhere(pad & target)[0]
         raise ValueError(f"position [{b}, {l}] is both a pad and a target position")
-    return np.where(pad, process.vocab_size, x).astype(x.dtype)
+    return np.where(pad, process.pad_id, x).astype(x.dtype)
 
 
 def _target(target_BxL, shape, pad=None):
@@ -490,14 +492,12 @@ def _target(target_BxL, shape, pad=None):
     return target
 
 
-def _warn_infinite(process) -> bool:
+def _warn_infinite(process) -> None:
     if process.infinite_variance:
         warnings.warn(
             f"{process.estimator} has infinite variance here (docs/discrete_diffusion.md §6.2): its "
             "standard error is not reliable; prefer a finite-variance estimator for reported numbers",
             RuntimeWarning, stacklevel=3)
-        return True
-    return False
 
 
 def _resolve_process(denoiser, process, estimator, schedule, vocab_size):
@@ -516,12 +516,10 @@ def default_num_samples(process, target_BxL) -> int:
     """DEFAULT_PASSES passes per sequence: that many samples for one-pass estimators;
     max(min_samples, DEFAULT_PASSES / n) rounds of n passes for stratified, and twice min_samples
     at least for neyman (whose pilot and enumerated strata come out of the same budget)."""
-    two_stage = getattr(process, "needs_plan", False)
-    per = (masked.common_target_count(target_BxL, process.estimator) if two_stage
-           else process.passes_per_sample(target_BxL))
+    per = process.passes_per_sample(target_BxL)
     if per <= 1:
         return DEFAULT_PASSES
-    return max(_min_samples(process) * (2 if two_stage else 1), -(-DEFAULT_PASSES // per))
+    return max(process.min_samples * (2 if process.needs_plan else 1), -(-DEFAULT_PASSES // per))
 
 
 def nll(denoiser, x_BxL, key, *, process=None, estimator: str | None = None, num_samples: int | None = None,
@@ -580,23 +578,25 @@ def nll(denoiser, x_BxL, key, *, process=None, estimator: str | None = None, num
     _check_common(num_samples, batch_size)
     process.check_target(target)
     apply_fn, params = denoisers.split(denoiser)
-    if check_normalised and isinstance(process, masked.MaskedProcess):
+    if check_normalised and process.checks_normalised:
         validation.check_normalised(apply_fn, params, x, target, process.vocab_size)
-    inf_var = _warn_infinite(process)
+    _warn_infinite(process)
     process, S, pilot_passes = _planned(process, denoiser, x, target, key, int(num_samples), int(batch_size))
     if process.passes_per_sample(target) == 0:  # every term exact (e.g. all mask subsets enumerated)
         vals, S = np.zeros((1, x.shape[0], 0)), 0
     else:
         vals = estimate(process, denoiser, x[None], target, key, S, int(batch_size), progress=progress)
     exact = process.exact_terms(apply_fn, params, x, target, int(batch_size))
-    passes = S * process.passes_per_sample(target) + getattr(process, "extra_passes", lambda: 0)() + pilot_passes
-    return Estimate(process.estimator, vals[0], forward_passes=passes, infinite_variance=inf_var,
-                    exact=exact, min_samples=_min_samples(process),
-                    se_method=getattr(process, "se_method", "iid"))
+    return _estimate_of(process, vals[0], S * process.passes_per_sample(target) + pilot_passes, exact)
 
 
-def _min_samples(process) -> int:
-    return int(getattr(process, "min_samples", DEFAULT_MIN_SAMPLES))
+def _estimate_of(process, samples_BxS, mc_passes: int, exact: dict) -> Estimate:
+    """The Estimate of ``process`` (every process fact it carries, in one place): ``mc_passes``
+    forward passes per sequence of the Monte Carlo part and its pilot, plus the exact terms'
+    ``process.extra_passes()``."""
+    return Estimate(process.estimator, samples_BxS, forward_passes=int(mc_passes) + process.extra_passes(),
+                    infinite_variance=process.infinite_variance, exact=exact,
+                    se_method=process.se_method, min_samples=int(process.min_samples))
 
 
 PILOT_KEY = 0x70110  # fold_in constant of the pilot stage's key
@@ -607,7 +607,7 @@ def _planned(process, denoiser, x, target, key, num_samples, batch_size, indepen
     key and kept out of the estimate. ``x`` is [B, L], or [2, B, L] for a pair (the plan then
     minimises the variance of the difference). Returns (process, Monte Carlo samples to draw,
     pilot forward passes per sequence, both inputs of a pair counted)."""
-    if not getattr(process, "needs_plan", False):
+    if not process.needs_plan:
         return process, num_samples, 0
     stage = process.pilot_stage(target, num_samples)
     pilot_vals, pilot_passes = None, 0
@@ -637,7 +637,7 @@ def _concat(prompt_BxP, response_BxR, V):
 
 
 def _vocab(denoiser, process, vocab_size):
-    if process is not None and getattr(process, "vocab_size", None) is not None:
+    if process is not None and process.vocab_size is not None:
         return int(process.vocab_size)
     return denoisers.vocab_size_of(denoiser, vocab_size)
 
@@ -694,8 +694,7 @@ def paired_nll(denoiser, xa_BxL, xb_BxL, key, *, target_a_BxL, target_b_BxL, pad
     targets differ the noise of both comes from the same key drawn on each target; an estimator
     with several passes per sample (stratified, neyman) needs equal targets (ValueError)."""
     key = validation.as_key(key)
-    V = _vocab(denoiser, process, vocab_size)
-    process = _resolve_process(denoiser, process, estimator, schedule, V)
+    process = _resolve_process(denoiser, process, estimator, schedule, vocab_size)
     xs, ts = [], []
     for x, t, p_ in ((xa_BxL, target_a_BxL, pad_a_BxL), (xb_BxL, target_b_BxL, pad_b_BxL)):
         validation.check_batch(x)
@@ -708,7 +707,7 @@ def paired_nll(denoiser, xa_BxL, xb_BxL, key, *, target_a_BxL, target_b_BxL, pad
     if xs[0].shape != xs[1].shape:
         raise ValueError(f"paired inputs differ in shape: {xs[0].shape} and {xs[1].shape}")
     target = ts[0] if np.array_equal(ts[0], ts[1]) else np.stack(ts)
-    if target.ndim == 3 and (getattr(process, "needs_plan", False) or process.estimator == "stratified"):
+    if target.ndim == 3 and not process.per_input_targets:
         raise ValueError(f"the {process.estimator} estimator needs the same target positions in both inputs of a "
                          "pair; use k_dce, t_dce or time_free for responses of different lengths")
     return _paired(process, denoiser, xs[0], xs[1], target, key, coupled, num_samples, batch_size)
@@ -722,7 +721,7 @@ def _paired(process, denoiser, xa, xb, target, key, coupled, num_samples, batch_
     _check_common(num_samples, batch_size)
     for t in (target if target.ndim == 3 else [target]):
         process.check_target(t)
-    inf_var = _warn_infinite(process)
+    _warn_infinite(process)
     xs = np.stack([xa, xb])
     bs = int(batch_size) // 2 or 1
     process, S, pilot_passes = _planned(process, denoiser, xs, target, key, int(num_samples), bs,
@@ -732,11 +731,10 @@ def _paired(process, denoiser, xa, xb, target, key, coupled, num_samples, batch_
     else:
         vals = estimate(process, denoiser, xs, target, key, S, bs, independent=not coupled)
     apply_fn, params = denoisers.split(denoiser)
-    fp = S * process.passes_per_sample(target) + getattr(process, "extra_passes", lambda: 0)() + pilot_passes // 2
-    return tuple(Estimate(process.estimator, vals[i], forward_passes=fp, infinite_variance=inf_var,
-                          exact=process.exact_terms(apply_fn, params, xi, target if target.ndim == 2 else target[i],
-                                                    int(batch_size)),
-                          min_samples=_min_samples(process))
+    mc_passes = S * process.passes_per_sample(target) + pilot_passes // 2
+    return tuple(_estimate_of(process, vals[i], mc_passes,
+                              process.exact_terms(apply_fn, params, xi, target if target.ndim == 2 else target[i],
+                                                  int(batch_size)))
                  for i, xi in enumerate((xa, xb)))
 
 

@@ -76,6 +76,7 @@ import scipy.special
 
 from infodiff import schedules as schedules_lib
 from infodiff.denoisers import NoParams
+from infodiff.processes import base
 from infodiff.validation import validate_tokens
 
 Denoiser = Callable[[jax.Array, jax.Array], jax.Array]
@@ -387,7 +388,7 @@ jax.tree_util.register_dataclass(MaskNoise, data_fields=["mask", "t", "weight"],
 
 
 @dataclasses.dataclass(frozen=True)
-class MaskedProcess:
+class MaskedProcess(base.Process):
     """Masked (absorbing) diffusion as a :class:`infodiff.processes.base.Process`.
 
     ``spec`` chooses the mask law and weight (``MaskSpec.name``: a training objective or an
@@ -412,10 +413,22 @@ class MaskedProcess:
         return self.spec.name == "lambda_dce" or (
             self.spec.name == "t_dce" and self.spec.schedule.lambda_min <= 0.0)
 
+    checks_normalised = True  # the denoiser's log-probabilities are normalised over the V real tokens
+
     @property
     def min_samples(self) -> int:
         """Fewest samples with a calibrated SE in tests/test_calibration.py (``MIN_SAMPLES``)."""
-        return MIN_SAMPLES.get(self.spec.name, 32)
+        return MIN_SAMPLES.get(self.spec.name, base.DEFAULT_MIN_SAMPLES)
+
+    @property
+    def pad_id(self) -> int:
+        """Pads hold the mask token (id V) throughout: never noised, never scored."""
+        return self.vocab_size
+
+    @property
+    def per_input_targets(self) -> bool:
+        """False for the laws that stratify over one common target count (stratified, neyman)."""
+        return self.spec.name not in ("stratified", "neyman")
 
     def draw_noise(self, key, target_RxL, sample_R=None) -> MaskNoise:
         mask, t, w = draw_masks(self.spec, key, target_RxL, sample_R)

@@ -61,6 +61,7 @@ import numpy as np
 # (static apply_fn(params, z, alpha), params): networks pass their parameters to jit as
 # arguments, oracles carry none; the same adapter as the masked and SEDD estimators.
 from infodiff import denoisers
+from infodiff.processes import base
 from infodiff.validation import raise_first, validate_counts, validate_rates
 
 __all__ = [
@@ -660,7 +661,7 @@ jax.tree_util.register_dataclass(PoissonNoise, data_fields=["alpha", "weight", "
 
 
 @dataclasses.dataclass(frozen=True)
-class PoissonProcess:
+class PoissonProcess(base.Process):
     """Poisson diffusion (ItDPDM) as a :class:`infodiff.processes.base.Process`.
 
     Integrand (docs/poisson.md §2.5, §3.2): ``w(alpha) sum_d l(x_d, xhat(z, alpha)_d)`` with
@@ -715,7 +716,7 @@ class PoissonProcess:
         ``infodiff.likelihood.SE_METHODS``; `SE_METHOD_OF_SAMPLER`)."""
         return SE_METHOD_OF_SAMPLER[self.sampler]
 
-    infinite_variance = False
+    vocab_size = None  # scaled counts, not tokens
 
     def draw_noise(self, key, target_RxD, sample_R=None) -> PoissonNoise:
         R = target_RxD.shape[0]
@@ -764,9 +765,6 @@ class PoissonProcess:
 
     def passes_per_sample(self, target_BxD) -> int:
         return 1
-
-    def extra_passes(self) -> int:
-        return 0
 
     def validate(self, x_BxD):
         x = validate_rates(x_BxD)

@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from infodiff.processes import base
 from infodiff.processes import masked
 
 GRAPHS = ("absorb", "uniform")
@@ -451,7 +452,7 @@ jax.tree_util.register_dataclass(SENoise, data_fields=["lam", "weight", "denom",
 
 
 @dataclasses.dataclass(frozen=True)
-class ScoreEntropyProcess:
+class ScoreEntropyProcess(base.Process):
     """Score-entropy discrete diffusion as a :class:`infodiff.processes.base.Process`.
 
     The integrand is ``weight * score_entropy(graph, log_s(z, lam), x, z, lam) / denom``:
@@ -503,6 +504,13 @@ class ScoreEntropyProcess:
         are heavy-tailed (excess kurtosis ~1 absorb, 30-60 uniform graph), so the sample SE is
         too small below this (absorb 128; uniform graph 512)."""
         return 512 if self.graph.name == "uniform" else 128
+
+    @property
+    def pad_id(self) -> int | None:
+        """Pads hold id V, MASK under the absorbing graph (the score model reads them as masked,
+        so the estimate is the marginal likelihood of the rest); None (no padding) under the
+        uniform graph, which has no token outside the vocabulary."""
+        return self.vocab_size if self.graph.has_mask else None
 
     def draw_noise(self, key, target_RxL, sample_R=None) -> SENoise:
         del sample_R
