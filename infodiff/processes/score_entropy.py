@@ -47,6 +47,8 @@ LogScoreFn = Callable[[jax.Array, jax.Array], jax.Array]
 
 __all__ = [
     "GRAPHS",
+    "LOG_ZERO",
+    "per_token",
     "LAMBDA_SAMPLING",
     "check_graph",
     "transition_probs",
@@ -80,6 +82,17 @@ def check_graph(graph: str) -> str:
 # ---------------------------------------------------------------------------------------------
 LAM_ONE = float(np.float32(1.0) - np.float32(2.0**-24))  # largest float32 below 1
 LAM_ZERO = 1e-30
+# log of the smallest normal float32 (about -87.34): the value the exact scores use for log 0
+# (absorb at unmasked positions, absorb at lam = 1, symbols of probability 0) and the floor of
+# every exact log-ratio, so that exp() gives ~1e-38 (not inf) and 0 * log s = 0 (not NaN)
+# inside jitted sums. Same value in float32 and float64.
+LOG_ZERO = float(np.log(np.finfo(np.float32).tiny))
+
+
+def per_token(lam):
+    """Noise levels shaped to broadcast against [B, L, V]: lam [B] -> [B, 1, 1] (one level per
+    sequence), lam [B, L] -> [B, L, 1] (one level per position). numpy or jax arrays."""
+    return lam[:, None, None] if lam.ndim == 1 else lam[:, :, None]
 
 
 def clip_lam(lam):
@@ -292,6 +305,42 @@ class AbsorbGraph:
         del key
         return jnp.full((num_samples, seq_len), vocab_size, jnp.int32)
 
+    # ---- exact maths for the oracles (numpy float64 or jax float32 via ``xp``) ----
+    def num_states(self, vocab_size: int) -> int:
+        """Token ids a noised sequence may hold: the V real tokens and MASK (id V)."""
+        return vocab_size + 1
+
+    def log_emission(self, xp, z_BxL, lam, vocab_size: int):
+        """log K_lam(z_j | u): [B, L, V] over clean tokens u (docs/discrete_diffusion.md §1.2).
+        lam [B] or per position [B, L]; MASK has log lam, the same token log(1 - lam)."""
+        V = vocab_size
+        lam = per_token(lam)
+        match = z_BxL[:, :, None] == xp.arange(V)[None, None, :]
+        masked_ = (z_BxL == V)[:, :, None]
+        return xp.where(masked_, xp.log(lam), xp.where(match, xp.log1p(-lam), -xp.inf))
+
+    def rel_log_emission(self, xp, z_BxL, lam, vocab_size: int):
+        """log K_lam(z_j | u) up to a factor free of u, [B, L, V] (posterior weights only):
+        0 if z_j = u or z_j = MASK, else -inf (lam does not enter)."""
+        V = vocab_size
+        match = z_BxL[:, :, None] == xp.arange(V)[None, None, :]
+        ok = match | (z_BxL == V)[:, :, None]
+        return xp.where(ok, 0.0, -xp.inf)
+
+    def mismatch_log_weight(self, xp, n_BxKxL, lam_B, vocab_size: int):
+        """log prod K(z_j | x_j) / K(x_j | x_j) over ``n`` real tokens z_j != x_j at one noise
+        level per row (lam_B [B]): -inf if n > 0 (a real token never turns into another)."""
+        return xp.where(n_BxKxL > 0, -xp.inf, 0.0)
+
+    def log_score_from_posterior(self, xp, lq_BxLxV, z_BxL, lam, vocab_size: int):
+        """Exact log-scores from the leave-one-out posterior q_i(u) = P(x_i = u | z_{-i}):
+        at a masked position log a + log q(v), a = (1 - lam) / lam (docs/discrete_diffusion.md
+        §5.1); LOG_ZERO at an unmasked one. lam [B] or [B, L]; floored at LOG_ZERO; [B, L, V]."""
+        lam = per_token(lam)
+        log1m = xp.log1p(-lam)
+        out = xp.where((z_BxL == vocab_size)[:, :, None], (log1m - xp.log(lam)) + lq_BxLxV, LOG_ZERO)
+        return xp.maximum(out, LOG_ZERO)
+
     def score_entropy(self, log_score_BxLxV, x0_BxL, z_BxL, lam_B, target_BxL=None):
         """Only masked positions contribute, ``a [phi(c_x0) + sum_{v != x0} c_v]`` with
         ``c = s / a``; for a normalised c this is ``a (-log c_x0)`` (Lemma 3.3: DSE = sigma a DCE)."""
@@ -365,6 +414,49 @@ class UniformGraph:
 
     def sample_limit(self, key, num_samples, seq_len, vocab_size):
         return jax.random.randint(key, (num_samples, seq_len), 0, vocab_size, dtype=jnp.int32)
+
+    # ---- exact maths for the oracles (numpy float64 or jax float32 via ``xp``) ----
+    def num_states(self, vocab_size: int) -> int:
+        """Token ids a noised sequence may hold: the V real tokens."""
+        return vocab_size
+
+    def log_emission(self, xp, z_BxL, lam, vocab_size: int):
+        """log K_lam(z_j | u): [B, L, V] over clean tokens u (docs/discrete_diffusion.md §1.3):
+        log(1 - lam (V - 1) / V) if z_j = u, log(lam / V) otherwise. lam [B] or [B, L]."""
+        V = vocab_size
+        lam = per_token(lam)
+        match = z_BxL[:, :, None] == xp.arange(V)[None, None, :]
+        return xp.where(match, xp.log1p(-lam * ((V - 1) / V)), xp.log(lam) - math.log(V))
+
+    def log_mismatch(self, xp, lam, vocab_size: int):
+        """D = log K(z != u) - log K(z = u) = log lam - log(V - (V - 1) lam), the shape of lam
+        (exactly 0 at lam = 1, -inf at lam = 0)."""
+        return xp.log(lam) - xp.log(vocab_size - (vocab_size - 1) * lam)
+
+    def rel_log_emission(self, xp, z_BxL, lam, vocab_size: int):
+        """log K_lam(z_j | u) up to a factor free of u, [B, L, V]: 0 if u = z_j else D
+        (:meth:`log_mismatch`). lam [B] or per position [B, L]."""
+        V = vocab_size
+        match = z_BxL[:, :, None] == xp.arange(V)[None, None, :]
+        D = per_token(self.log_mismatch(xp, lam, V))
+        return xp.where(match, xp.zeros_like(D), D)
+
+    def mismatch_log_weight(self, xp, n_BxKxL, lam_B, vocab_size: int):
+        """log prod K(z_j | x_j) / K(x_j | x_j) over ``n`` real tokens z_j != x_j at one noise
+        level per row (lam_B [B]): n D, an integer count times D (no cancellation)."""
+        D_B = self.log_mismatch(xp, lam_B, vocab_size)
+        return xp.where(n_BxKxL > 0, n_BxKxL * D_B[:, None, None], 0.0)
+
+    def log_score_from_posterior(self, xp, lq_BxLxV, z_BxL, lam, vocab_size: int):
+        """Exact log-scores from the leave-one-out posterior q_i(u) = P(x_i = u | z_{-i}):
+        s_v = sum_u q(u) K(v|u) / sum_u q(u) K(z_i|u), i.e. log s_v = h(v) - h(z_i) with
+        h(u) = logaddexp(log(1 - lam) + log q(u), log(lam / V)) (exactly 0 at v = z_i; at
+        lam = 0, a clean position, the ratio q(v) / q(z_i)). lam [B] or [B, L]; floored at
+        LOG_ZERO; [B, L, V]. Source: docs/discrete_diffusion.md §1.3, §5."""
+        lam = per_token(lam)
+        h = xp.logaddexp(xp.log1p(-lam) + lq_BxLxV, xp.log(lam) - math.log(vocab_size))
+        out = h - xp.take_along_axis(h, z_BxL[:, :, None], axis=-1)
+        return xp.maximum(out, LOG_ZERO)
 
     def score_entropy(self, log_score_BxLxV, x0_BxL, z_BxL, lam_B, target_BxL=None):
         """Closed form (as SEDD's code): if z_i = x0_i, r = 1 / (1 + V a) for every y != z_i;
