@@ -229,7 +229,7 @@ class Oracle:
                     f"z[{b}] has probability 0 under the absorbing process (its unmasked tokens "
                     "are impossible under p0); the score ratio is undefined"
                 )
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore"):  # inf - inf at impossible entries, floored
             lq = self.loo_log_posterior(np, z, lam, g)
             return g.log_score_from_posterior(np, lq, z, lam, self.vocab_size)
 

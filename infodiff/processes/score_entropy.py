@@ -284,6 +284,9 @@ class AbsorbGraph:
 
     name: str = dataclasses.field(default="absorb", init=False)
     has_mask: bool = dataclasses.field(default=True, init=False)
+    # A clean position is visible in z itself (it is not MASK): the score model needs one noise
+    # level per sequence only.
+    needs_position_lam: bool = dataclasses.field(default=False, init=False)
 
     def transition_probs(self, x_BxL, lam_B, vocab_size):
         """float32 [B, L, V + 1], last column MASK."""
@@ -397,6 +400,9 @@ class UniformGraph:
 
     name: str = dataclasses.field(default="uniform", init=False)
     has_mask: bool = dataclasses.field(default=False, init=False)
+    # A clean token looks like a noised one: a score model must be told which positions are
+    # clean (lam = 0 there: a prompt) or pure noise (lam = 1: a pad).
+    needs_position_lam: bool = dataclasses.field(default=True, init=False)
 
     def transition_probs(self, x_BxL, lam_B, vocab_size):
         """float32 [B, L, V]: (1 - lam) 1[y = x] + lam / V."""
@@ -619,12 +625,25 @@ class ScoreEntropyProcess:
     def integrand(self, apply_fn, params, x_RxL, noise: SENoise, target_RxL=None):
         V = self.vocab_size
         z = apply_corruption(x_RxL, noise.hit, noise.new)
-        log_s = apply_fn(params, z, noise.lam)
+        log_s = self.scores(apply_fn, params, z, noise.lam, target_RxL)
         if log_s.shape != (x_RxL.shape[0], x_RxL.shape[1], V):
             raise ValueError(f"the score model returned shape {log_s.shape}, expected "
                              f"{(x_RxL.shape[0], x_RxL.shape[1], V)} (vocab_size={V} mismatch?)")
         ent = self.graph.score_entropy(log_s, x_RxL, z, noise.lam, target_RxL)
         return noise.weight * ent / noise.denom
+
+    def scores(self, apply_fn, params, z_RxL, lam_R, target_RxL=None):
+        """The score model's log-scores [R, L, V] at z: ``apply_fn(params, z, lam_R)`` with one
+        noise level per row, except for a graph whose clean tokens look like noised ones (the
+        uniform graph: ``needs_position_lam``) in a call where some position is not a target:
+        then one level per position, lam_R on the targets and 0 elsewhere (a clean prompt).
+        A call whose positions are all targets runs the per-row program (the same numbers as a
+        model that knows only lam_R)."""
+        if not self.graph.needs_position_lam or target_RxL is None:
+            return apply_fn(params, z_RxL, lam_R)
+        lam_RxL = jnp.where(target_RxL, lam_R[:, None], 0.0)
+        return jax.lax.cond(jnp.all(target_RxL), lambda: apply_fn(params, z_RxL, lam_R),
+                            lambda: apply_fn(params, z_RxL, lam_RxL))
 
     def exact_terms(self, apply_fn, params, x_BxL, target_BxL, batch_size) -> dict:
         B = x_BxL.shape[0]
@@ -655,10 +674,8 @@ class ScoreEntropyProcess:
         return validate_tokens(x, self.vocab_size)
 
     def check_target(self, target_BxL) -> None:
-        if self.graph.name == "uniform" and not np.asarray(target_BxL).all():
-            raise NotImplementedError(
-                "conditional likelihood with the uniform graph: a score model of the jointly "
-                "noised sequence does not give scores with a clean prompt; use graph='absorb'")
+        """Any target: positions outside it stay clean and reach the score model at lam = 0
+        where the graph needs it (:meth:`scores`)."""
 
 
 @functools.partial(jax.jit, static_argnames=("apply_fn", "vocab_size", "lam_max"))
