@@ -11,8 +11,10 @@ I-MDSE arXiv 2510.24088 Thm 3.2):
     ``lam`` the token is resampled uniformly over the V real tokens (possibly itself), so
     ``K_lam(y | x) = (1 - lam) 1[y = x] + lam / V``; forward rate ``1 / V`` from every y != x
     into x. (The SEDD paper's Q = 1 1^T - V I is the same process with sigma_bar / V.)
-* A **score model** is ``log_score_fn(z_BxL int32, lam_B float32) -> log s [B, L, V]`` with
-  ``s[b, i, v] ~ p_lam(z with z_i := v) / p_lam(z)`` for the V real tokens. Entries at
+* A **score model** is ``log_score_fn(z_BxL int32, lam float32) -> log s [B, L, V]`` with
+  ``s[b, i, v] ~ p_lam(z with z_i := v) / p_lam(z)`` for the V real tokens; lam is one noise
+  level per sequence [B] or one per position [B, L] (0 at a clean position such as a prompt,
+  1 at pure noise such as a pad: under the uniform graph a clean token looks like a noised one). Entries at
   ``v = z_i`` are ignored (the ratio is 1); for ``absorb`` only masked positions are used.
   Trained networks condition on ``lam`` (not t), so estimators do not need the schedule.
 * ``score_entropy`` is the DSE per unit sigma_bar (the rate sigma(t) factored out):
