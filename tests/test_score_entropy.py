@@ -129,6 +129,28 @@ def test_uniform_coupled_log_ratio_is_exact_and_tighter(markov):
     assert np.all(ses[True] < ses[False]), ses
 
 
+@pytest.mark.parametrize("graph", GRAPHS)
+def test_pads_give_the_marginal_likelihood_of_the_rest(graph, dense_tab):
+    """Pads (id V, never targets) at the end of a window: absorb reads them as MASK, the uniform
+    graph as pure noise (lam = 1 for the score model, a uniform token). Either way the estimate
+    is -log p(x[1:k] | x[0]) of the first k positions, the oracle's exact marginal, within 4 SE.
+    (Through the driver directly: the process side of padding.)"""
+    orc, V, k = dense_tab, dense_tab.vocab_size, 3
+    x = orc.sample(np.random.default_rng(12), 4)
+    x[:, k:] = V
+    target = np.zeros(x.shape, bool)
+    target[:, 1:k] = True
+    truth = -(orc.log_marginal(x) - orc.log_marginal(np.where(target, V, x)))  # V = MASK for the oracle
+    proc = se.ScoreEntropyProcess(graph=graph, vocab_size=V, noise_law=se.DEFAULT_LAMBDA_SAMPLING[graph],
+                                  lam_max=0.999)
+    score = se.OracleScore(orc, graph)
+    vals = lk.estimate(proc, score, x[None], target, jax.random.key(5), 1024, 1024)[0]
+    apply_fn = se.ScoreFromParams(lambda params, z, lam: score(z, lam), None).apply
+    est = lk.Estimate(proc.estimator, vals, forward_passes=1024,
+                      exact=proc.exact_terms(apply_fn, None, x, target, 1024))
+    assert np.all(np.abs(est.mean - truth) < 4 * est.stderr), ((est.mean - truth) / est.stderr)
+
+
 def test_score_model_sees_clean_positions_at_lam_zero_under_the_uniform_graph():
     """The score model gets lam per row when every position is a target (the program of an
     unconditional call), and lam per position (0 off the target) otherwise -- under the

@@ -626,24 +626,31 @@ class ScoreEntropyProcess:
 
     def integrand(self, apply_fn, params, x_RxL, noise: SENoise, target_RxL=None):
         V = self.vocab_size
-        z = apply_corruption(x_RxL, noise.hit, noise.new)
-        log_s = self.scores(apply_fn, params, z, noise.lam, target_RxL)
+        pad = None
+        if self.graph.needs_position_lam:  # a pad (id V, never a target) is pure noise: lam = 1
+            pad = x_RxL == V
+            z = apply_corruption(x_RxL, noise.hit | pad, noise.new)
+        else:  # absorb: a pad is MASK (id V), which the model reads as masked
+            z = apply_corruption(x_RxL, noise.hit, noise.new)
+        log_s = self.scores(apply_fn, params, z, noise.lam, target_RxL, pad)
         if log_s.shape != (x_RxL.shape[0], x_RxL.shape[1], V):
             raise ValueError(f"the score model returned shape {log_s.shape}, expected "
                              f"{(x_RxL.shape[0], x_RxL.shape[1], V)} (vocab_size={V} mismatch?)")
         ent = self.graph.score_entropy(log_s, x_RxL, z, noise.lam, target_RxL)
         return noise.weight * ent / noise.denom
 
-    def scores(self, apply_fn, params, z_RxL, lam_R, target_RxL=None):
+    def scores(self, apply_fn, params, z_RxL, lam_R, target_RxL=None, pad_RxL=None):
         """The score model's log-scores [R, L, V] at z: ``apply_fn(params, z, lam_R)`` with one
         noise level per row, except for a graph whose clean tokens look like noised ones (the
         uniform graph: ``needs_position_lam``) in a call where some position is not a target:
-        then one level per position, lam_R on the targets and 0 elsewhere (a clean prompt).
+        then one level per position, lam_R on the targets, 1 at the pads (``pad_RxL``, bool,
+        pure noise: the marginal likelihood of the rest) and 0 elsewhere (a clean prompt).
         A call whose positions are all targets runs the per-row program (the same numbers as a
         model that knows only lam_R)."""
         if not self.graph.needs_position_lam or target_RxL is None:
             return apply_fn(params, z_RxL, lam_R)
-        lam_RxL = jnp.where(target_RxL, lam_R[:, None], 0.0)
+        off = jnp.zeros(z_RxL.shape, jnp.float32) if pad_RxL is None else pad_RxL.astype(jnp.float32)
+        lam_RxL = jnp.where(target_RxL, lam_R[:, None], off)
         return jax.lax.cond(jnp.all(target_RxL), lambda: apply_fn(params, z_RxL, lam_R),
                             lambda: apply_fn(params, z_RxL, lam_RxL))
 
