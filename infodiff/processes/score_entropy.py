@@ -154,12 +154,12 @@ def absorb_log_score_from_mean(log_c_BxLxV: jax.Array, lam_B: jax.Array) -> jax.
     or x0-prediction parameterisation); an unnormalised ``c`` (SEDD's "scale by sigma" head)
     converts the same way. float32 [B, L, V]. Source: arXiv 2406.03736 (RADD) Eq. 5; docs/discrete_diffusion.md §5.
     """
-    return log_c_BxLxV.astype(jnp.float32) + log_a(lam_B)[:, None, None]
+    return log_c_BxLxV.astype(jnp.float32) + per_token(log_a(lam_B))
 
 
 def absorb_mean_from_log_score(log_s_BxLxV: jax.Array, lam_B: jax.Array) -> jax.Array:
     """Inverse of :func:`absorb_log_score_from_mean`: log c = log s - log a(lam). float32."""
-    return log_s_BxLxV.astype(jnp.float32) - log_a(lam_B)[:, None, None]
+    return log_s_BxLxV.astype(jnp.float32) - per_token(log_a(lam_B))
 
 
 def uniform_log_score_from_mean(log_p0_BxLxV: jax.Array, z_BxL: jax.Array, lam_B: jax.Array) -> jax.Array:
@@ -169,11 +169,11 @@ def uniform_log_score_from_mean(log_p0_BxLxV: jax.Array, z_BxL: jax.Array, lam_B
     (ours, re-derived from docs/discrete_diffusion.md §1.3) to
     ``s_v = V a P_v + P_z / (1 + V a) + (1 - P_z)`` for v != z_i (``a = (1 - lam) / lam``,
     ``P_z = P(x0_i = z_i | z)``) and ``s_{z_i} = 1``. With the exact posterior it is the exact
-    score. Computed by log-sum-exp; float32 [B, L, V].
+    score. lam_B [B] or per position [B, L]. Computed by log-sum-exp; float32 [B, L, V].
     """
     lp = log_p0_BxLxV.astype(jnp.float32)
     V = lp.shape[-1]
-    la = log_a(lam_B)[:, None, None]
+    la = per_token(log_a(lam_B))
     log_va = la + math.log(V)
     onehot = jax.nn.one_hot(z_BxL, V, dtype=bool)
     lp_z = jnp.sum(jnp.where(onehot, lp, 0.0), axis=-1, keepdims=True)
@@ -847,7 +847,8 @@ def log_score_from_output(graph: str, score_param: str, out_BxLxV: jax.Array, z_
     with -log V instead of -log(V - 1) so that a zero-initialised head gives sum_v c_v = 1);
     uniform ``log s = logits`` (entry z_i unused). ``mean`` (x0-prediction, normalised):
     absorb ``log s = log_softmax + log a(lam)`` (RADD); uniform the exact posterior-to-score map
-    :func:`uniform_log_score_from_mean`. ``z_BxL`` int ids, ``lam_B`` float32 noise levels.
+    :func:`uniform_log_score_from_mean`. ``z_BxL`` int ids, ``lam_B`` float32 noise levels,
+    [B] or per position [B, L].
     Source: docs/discrete_diffusion.md §5.2.
     """
     V = out_BxLxV.shape[-1]
