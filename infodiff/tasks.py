@@ -769,7 +769,7 @@ class SeddTask(_TextTask):
         # SEDD's objective: t ~ U[0, 1) (antithetic), weight sigma(t) (SEDD Eq. 3).
         self.process = score_entropy.ScoreEntropyProcess(
             graph=self.graph, vocab_size=self.vocab_size, noise_law="time", schedule=self.schedule,
-            antithetic=self.antithetic)
+            antithetic=self.antithetic, clean_prefix_prob=float(p.get("clean_prefix_prob", 0.0)))
 
     @property
     def objective(self):

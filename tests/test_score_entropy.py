@@ -151,6 +151,29 @@ def test_pads_give_the_marginal_likelihood_of_the_rest(graph, dense_tab):
     assert np.all(np.abs(est.mean - truth) < 4 * est.stderr), ((est.mean - truth) / est.stderr)
 
 
+def test_clean_prefix_training_draw():
+    """clean_prefix_prob: with probability p a row keeps a clean prefix of 1..L-1 positions that
+    is neither noised nor scored (the model sees it at lam = 0); p = 0 draws exactly SEDD's
+    noise (the same hit, new and lam as before the option existed)."""
+    sched = schedules.LogLinearSchedule()
+    R, L, V = 64, 8, 3
+    target = jnp.ones((R, L), bool)
+    key = jax.random.key(7)
+    kw = dict(graph="uniform", vocab_size=V, noise_law="time", schedule=sched)
+    plain = se.ScoreEntropyProcess(**kw).draw_noise(key, target)
+    assert plain.scored is None
+    noise = se.ScoreEntropyProcess(clean_prefix_prob=0.5, **kw).draw_noise(key, target)
+    np.testing.assert_array_equal(np.asarray(noise.lam), np.asarray(plain.lam))
+    scored = np.asarray(noise.scored)
+    prefix = (~scored).sum(1)
+    assert np.all((~scored) == (np.arange(L)[None] < prefix[:, None]))  # a prefix
+    assert prefix.max() <= L - 1 and 0.3 < np.mean(prefix > 0) < 0.7
+    assert not np.any(np.asarray(noise.hit) & ~scored)
+    np.testing.assert_array_equal(np.asarray(noise.hit)[prefix == 0], np.asarray(plain.hit)[prefix == 0])
+    with pytest.raises(ValueError, match="clean_prefix_prob"):
+        se.ScoreEntropyProcess(clean_prefix_prob=1.5, **kw)
+
+
 def test_score_model_sees_clean_positions_at_lam_zero_under_the_uniform_graph():
     """The score model gets lam per row when every position is a target (the program of an
     unconditional call), and lam per position (0 off the target) otherwise -- under the

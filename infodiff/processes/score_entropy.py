@@ -537,17 +537,22 @@ NOISE_LAWS = ("time",) + LAMBDA_SAMPLING
 class SENoise:
     """Noise of one Monte Carlo sample per row: ``lam_R`` (clipped), ``weight_R`` and
     ``denom_R`` (the integrand is ``weight * DSE / denom``), ``hit_RxL`` / ``new_RxL`` (which
-    positions are noised and to what). Independent of the clean tokens."""
+    positions are noised and to what), and ``scored_RxL`` (None, or with a clean-prefix
+    training law the positions that are noised and scored; the rest is a clean context).
+    Independent of the clean tokens."""
 
     lam: jax.Array
     weight: jax.Array
     denom: jax.Array
     hit: jax.Array
     new: jax.Array
+    scored: jax.Array | None = None
 
 
-jax.tree_util.register_dataclass(SENoise, data_fields=["lam", "weight", "denom", "hit", "new"],
+jax.tree_util.register_dataclass(SENoise, data_fields=["lam", "weight", "denom", "hit", "new", "scored"],
                                  meta_fields=[])
+
+CLEAN_PREFIX_KEY = 0xC1EA  # fold_in constant of the clean-prefix draw (the other draws unchanged)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -564,6 +569,10 @@ class ScoreEntropyProcess:
       lam ~ q on (0, lam_max] by :func:`sample_lambda`, weight 1 / q(lam), denom 1 - lam, i.e.
       ``int_0^{lam_max} DSE / (1 - lam) d lam`` (docs/discrete_diffusion.md §4.1, §6).
 
+    ``clean_prefix_prob`` (training, default 0 = SEDD's objective): the probability that a
+    row keeps a clean prefix (:meth:`clean_prefix`), so that a network learns scores with a
+    clean prompt (for conditionals under the uniform graph).
+
     ``exact_terms`` gives the prior KL at lam_max (``prior``): uniform graph closed form; absorb
     ``(1 - lam_max) sum_i -log c(x_i | all targets masked)`` with the model's own prior (one
     extra pass per sequence). A score model is ``(z_BxL int32, lam_B float32) -> log s [B, L, V]``.
@@ -575,6 +584,7 @@ class ScoreEntropyProcess:
     lam_max: float = 1.0
     schedule: object = None
     antithetic: bool = True
+    clean_prefix_prob: float = 0.0
     chunk_order: str = "samples"
     row_wise: bool = True  # each row's value reads only its own row (the driver may slice a call)
     denoiser_inputs: str = "(z_BxL int32, lam_B float32) -> log-scores [B, L, V]"
@@ -587,6 +597,8 @@ class ScoreEntropyProcess:
             raise ValueError("noise_law='time' (training) needs a schedule")
         if not 0.0 < float(self.lam_max) <= 1.0:
             raise ValueError(f"lam_max must be in (0, 1]; got {self.lam_max}")
+        if not 0.0 <= float(self.clean_prefix_prob) <= 1.0:
+            raise ValueError(f"clean_prefix_prob must be in [0, 1]; got {self.clean_prefix_prob}")
 
     @property
     def estimator(self) -> str:
@@ -621,11 +633,28 @@ class ScoreEntropyProcess:
             lam, weight = sample_lambda(k_a, (R,), self.lam_max, self.noise_law)
             lam = clip_lam(lam)  # u = 1 with lam_max = 1 would give 1 / (1 - lam) = inf
             denom = 1.0 - lam
+        scored = None
+        if self.clean_prefix_prob > 0:
+            scored = target_RxL & ~self.clean_prefix(jax.random.fold_in(key, CLEAN_PREFIX_KEY), target_RxL.shape)
+            target_RxL = scored
         hit, new = self.graph.draw_corruption(k_z, target_RxL.shape, lam, self.vocab_size, target_RxL)
-        return SENoise(lam, weight, denom, hit, new)
+        return SENoise(lam, weight, denom, hit, new, scored)
+
+    def clean_prefix(self, key, shape):
+        """bool [R, L]: with probability ``clean_prefix_prob`` a row keeps a clean prefix of
+        P ~ U{1, ..., L - 1} positions (a prompt the model sees at lam = 0; not scored), else
+        none. Training a uniform-graph network this way teaches it the conditional scores that
+        ``imdse_conditional_nll`` asks for."""
+        R, L = shape
+        k_on, k_len = jax.random.split(key)
+        on = jax.random.uniform(k_on, (R,)) < self.clean_prefix_prob
+        length = jax.random.randint(k_len, (R,), 1, max(L, 2))
+        return jnp.arange(L)[None, :] < jnp.where(on, length, 0)[:, None]
 
     def integrand(self, apply_fn, params, x_RxL, noise: SENoise, target_RxL=None):
         V = self.vocab_size
+        if noise.scored is not None:  # a clean-prefix training draw: the prefix is context
+            target_RxL = noise.scored if target_RxL is None else target_RxL & noise.scored
         pad = None
         if self.graph.needs_position_lam:  # a pad (id V, never a target) is pure noise: lam = 1
             pad = x_RxL == V
