@@ -11,7 +11,8 @@ loglinear (eps = 1e-3) by default so that the two graphs share the time grid, an
 I-MDSE prior term KL(p_{T|0} || uniform) is reported (1.3e-5 nats per token at lam = 0.999).
 
 Paper-size: the overrides listed in configs/sedd_absorb_text.py (SEDD Uniform <= 1.47 bpc on
-text8), optionally --config.process.schedule=geometric.
+text8), optionally --config.process.schedule=geometric. For conditionals -log p(y | x):
+--config.process.clean_prefix_prob=0.5.
 """
 
 from configs import sedd_absorb_text
@@ -22,4 +23,8 @@ def get_config():
     c.experiment = "sedd_uniform_text"
     c.process.graph = "uniform"
     c.eval.lambda_sampling = "importance"  # lowest per-sample SD for this graph (RESULTS.md)
+    # Probability that a training sequence keeps a clean prefix (seen at lam = 0, not scored), so
+    # that the network learns the scores of -log p(y | x) with a clean prompt x. 0 = SEDD's
+    # objective; e.g. 0.5 for a network meant for conditionals (imdse_conditional_nll).
+    c.process.clean_prefix_prob = 0.0
     return c

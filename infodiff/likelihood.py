@@ -785,11 +785,12 @@ def imdse_nll(score_model, x_BxL, key, *, graph: str, lam_max: float, num_sample
       x_BxL: int [B, L] tokens in [0, V). graph: 'absorb' | 'uniform'.
       lam_max: noise level at the end time T (schedule.lambda_max; 1 - eps for loglinear).
       num_samples: S >= 2; default the process's ``min_samples`` (128 absorb, 512 uniform graph:
-        the fewest with a calibrated SE). target_BxL: optional bool [B, L] (absorb only).
+        the fewest with a calibrated SE). target_BxL: optional bool [B, L]; the other
+        positions stay clean (under the uniform graph the score model sees them at lam = 0).
     Returns: Estimate (samples [B, S] of the diffusion term, exact 'prior' [B]).
     Raises: ValueError for bad tokens, an unknown graph/sampling, a score model declaring
       another graph (``.graph``), lam_max outside (0, 1], num_samples < 2;
-      NotImplementedError for a uniform-graph conditional; FloatingPointError if the score model
+      FloatingPointError if the score model
       produces a non-finite value.
     """
     se.check_graph(graph)
@@ -808,11 +809,12 @@ def imdse_nll(score_model, x_BxL, key, *, graph: str, lam_max: float, num_sample
 
 
 def imdse_conditional_nll(score_model, prompt_BxP, response_BxR, key, **kwargs) -> Estimate:
-    """-log p(response | prompt) per pair by I-MDSE (absorbing graph), nats per response.
+    """-log p(response | prompt) per pair by I-MDSE (either graph), nats per response.
 
-    Only response positions are noised; the prompt stays clean. Keyword arguments as in
-    :func:`imdse_nll` (graph must be 'absorb'). Raises ValueError for mismatched batch sizes,
-    an empty response or bad tokens.
+    Only response positions are noised; the prompt stays clean (under the uniform graph the
+    score model is told so by lam = 0 at its positions). Keyword arguments as in
+    :func:`imdse_nll`. Raises ValueError for mismatched batch sizes, an empty response or bad
+    tokens.
     """
     V = denoisers.vocab_size_of(score_model, kwargs.get("vocab_size"))
     x, target = _concat(prompt_BxP, response_BxR, V)

@@ -16,6 +16,7 @@ Run with ``pytest -s`` to see coverage and mean z^2 of every estimator.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import jax
@@ -132,6 +133,42 @@ def test_score_entropy(graph, law):
     est = lk.nll(se.OracleScore(tab, graph), x, jax.random.PRNGKey(30), process=process,
                  num_samples=process.min_samples)
     check(f"imdse {graph}:{law}", est, -tab.log_prob(x))
+
+
+@pytest.mark.parametrize("kind", [
+    pytest.param("conditional", marks=pytest.mark.xfail(strict=True, reason=(
+        "the uniform graph's SE under-covers at min_samples = 512: coverage 0.900 (accepted "
+        "[0.907, 0.983]); heavy tails (the 'importance' law's third moment diverges), a known "
+        "limit reported to the lead, not hidden"))),
+    "coupled log-ratio"])
+def test_score_entropy_uniform_conditional(kind):
+    """The uniform graph with a clean prompt (the score model sees it at lam = 0): -log p(y | x)
+    and the coupled log-ratio, 300 prompt/response cases of test_score_entropy's table (the same
+    law as its unconditional case). The uniform graph's per-sample values are very heavy-tailed
+    (excess kurtosis ~40): on other tables coverage at min_samples = 512 was measured at
+    0.88-0.90, unconditional and conditional alike (see the branch's report)."""
+    rng = np.random.default_rng(2)
+    tab = oracles.random_tabular(rng, "ACG", 4, 27, 0.5)
+    x = tab.sample(rng, 300)
+    target = np.zeros(x.shape, bool)
+    target[:, 1:] = True
+    process = se.ScoreEntropyProcess(graph="uniform", vocab_size=3, noise_law="importance",
+                                     lam_max=schedules.LogLinearSchedule().lambda_max)
+    score = se.OracleScore(tab, "uniform")
+    if kind == "conditional":
+        est = lk.conditional_nll(score, x[:, :1], x[:, 1:], jax.random.PRNGKey(31), process=process,
+                                 num_samples=process.min_samples)
+        truth = -tab.cond_log_prob(x, target)
+    else:
+        y_alt = tab.sample_response(rng, x[:, :1])
+        truth = tab.cond_log_prob(x, target) - tab.cond_log_prob(np.concatenate([x[:, :1], y_alt], 1), target)
+        est = lk.log_ratio(score, x[:, :1], x[:, 1:], y_alt, jax.random.PRNGKey(32), process=process,
+                           num_samples=process.min_samples)
+        same = np.all(y_alt == x[:, 1:], axis=1)  # an identical pair: exactly 0 with SE 0
+        assert np.all(est.mean[same] == 0) and np.all(est.stderr[same] == 0)
+        est = dataclasses.replace(est, samples=est.samples[~same], exact={k: v[~same] for k, v in est.exact.items()})
+        truth = truth[~same]
+    check(f"imdse uniform {kind}", est, truth)
 
 
 def test_split_se_with_few_samples_per_sequence(tabular):

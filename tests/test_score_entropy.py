@@ -81,6 +81,125 @@ def test_imdse_conditional_absorb(markov):
     assert np.all(np.abs(est.mean - truth) < 4 * est.stderr), ((est.mean - truth) / est.stderr)
 
 
+@pytest.fixture(scope="module")
+def dense_tab():
+    """150 of the 3^5 sequences: a dense table (where a single flip of a noised token leaves a
+    sparse support, the uniform graph's per-sample values have very heavy tails)."""
+    return oracles.random_tabular(np.random.default_rng(3), "ACG", 5, 150)
+
+
+@pytest.mark.parametrize("which", ["tabular", "markov"])
+def test_imdse_uniform_conditional_is_exact(which, dense_tab, markov):
+    """-log p(y | x) under the uniform graph (the prompt clean, at lam = 0 for the score model)
+    equals the oracle's exact conditional within 4 SE; the prior is the KL of the R response
+    positions only."""
+    orc = dense_tab if which == "tabular" else markov
+    rng = np.random.default_rng(6)
+    x = orc.sample(rng, 4) if which == "tabular" else orc.sample(rng, 4, length=10)
+    P = 2 if which == "tabular" else 4
+    target = np.zeros(x.shape, bool)
+    target[:, P:] = True
+    truth = -orc.cond_log_prob(x, target)
+    est = lk.imdse_conditional_nll(se.OracleScore(orc, "uniform"), x[:, :P], x[:, P:], jax.random.key(3),
+                                   graph="uniform", lam_max=0.999, num_samples=1024)
+    assert np.all(np.abs(est.mean - truth) < 4 * est.stderr), ((est.mean - truth) / est.stderr)
+    R = x.shape[1] - P
+    np.testing.assert_allclose(est.prior, se.prior_kl_uniform(0.999, orc.vocab_size, R), rtol=1e-12)
+
+
+def test_uniform_coupled_log_ratio_is_exact_and_tighter(markov):
+    """log p(y | x) - log p(y' | x) under the uniform graph: exact within 4 SE, coupled and
+    decoupled, and the coupled SE (common noise) is the smaller."""
+    rng = np.random.default_rng(8)
+    x = markov.sample(rng, 4, length=10)
+    prompt, y = x[:, :4], x[:, 4:]
+    y_alt = markov.sample_response(np.random.default_rng(9), prompt, 6)
+    target = np.zeros(x.shape, bool)
+    target[:, 4:] = True
+    exact = (markov.cond_log_prob(x, target)
+             - markov.cond_log_prob(np.concatenate([prompt, y_alt], 1), target))
+    proc = se.ScoreEntropyProcess(graph="uniform", vocab_size=markov.vocab_size, noise_law="importance",
+                                  lam_max=0.999)
+    ses = {}
+    for coupled in (True, False):
+        est = lk.log_ratio(se.OracleScore(markov, "uniform"), prompt, y, y_alt, jax.random.key(4), process=proc,
+                           num_samples=1024, coupled=coupled)
+        assert np.all(np.abs(est.mean - exact) < 4 * est.stderr), (coupled, (est.mean - exact) / est.stderr)
+        ses[coupled] = est.stderr
+    assert np.all(ses[True] < ses[False]), ses
+
+
+@pytest.mark.parametrize("graph", GRAPHS)
+def test_pads_give_the_marginal_likelihood_of_the_rest(graph, dense_tab):
+    """Pads (id V, never targets) at the end of a window: absorb reads them as MASK, the uniform
+    graph as pure noise (lam = 1 for the score model, a uniform token). Either way the estimate
+    is -log p(x[1:k] | x[0]) of the first k positions, the oracle's exact marginal, within 4 SE.
+    (Through the driver directly: the process side of padding.)"""
+    orc, V, k = dense_tab, dense_tab.vocab_size, 3
+    x = orc.sample(np.random.default_rng(12), 4)
+    x[:, k:] = V
+    target = np.zeros(x.shape, bool)
+    target[:, 1:k] = True
+    truth = -(orc.log_marginal(x) - orc.log_marginal(np.where(target, V, x)))  # V = MASK for the oracle
+    proc = se.ScoreEntropyProcess(graph=graph, vocab_size=V, noise_law=se.DEFAULT_LAMBDA_SAMPLING[graph],
+                                  lam_max=0.999)
+    score = se.OracleScore(orc, graph)
+    vals = lk.estimate(proc, score, x[None], target, jax.random.key(5), 1024, 1024)[0]
+    apply_fn = se.ScoreFromParams(lambda params, z, lam: score(z, lam), None).apply
+    est = lk.Estimate(proc.estimator, vals, forward_passes=1024,
+                      exact=proc.exact_terms(apply_fn, None, x, target, 1024))
+    assert np.all(np.abs(est.mean - truth) < 4 * est.stderr), ((est.mean - truth) / est.stderr)
+
+
+def test_clean_prefix_training_draw():
+    """clean_prefix_prob: with probability p a row keeps a clean prefix of 1..L-1 positions that
+    is neither noised nor scored (the model sees it at lam = 0); p = 0 draws exactly SEDD's
+    noise (the same hit, new and lam as before the option existed)."""
+    sched = schedules.LogLinearSchedule()
+    R, L, V = 64, 8, 3
+    target = jnp.ones((R, L), bool)
+    key = jax.random.key(7)
+    kw = dict(graph="uniform", vocab_size=V, noise_law="time", schedule=sched)
+    plain = se.ScoreEntropyProcess(**kw).draw_noise(key, target)
+    assert plain.scored is None
+    noise = se.ScoreEntropyProcess(clean_prefix_prob=0.5, **kw).draw_noise(key, target)
+    np.testing.assert_array_equal(np.asarray(noise.lam), np.asarray(plain.lam))
+    scored = np.asarray(noise.scored)
+    prefix = (~scored).sum(1)
+    assert np.all((~scored) == (np.arange(L)[None] < prefix[:, None]))  # a prefix
+    assert prefix.max() <= L - 1 and 0.3 < np.mean(prefix > 0) < 0.7
+    assert not np.any(np.asarray(noise.hit) & ~scored)
+    np.testing.assert_array_equal(np.asarray(noise.hit)[prefix == 0], np.asarray(plain.hit)[prefix == 0])
+    with pytest.raises(ValueError, match="clean_prefix_prob"):
+        se.ScoreEntropyProcess(clean_prefix_prob=1.5, **kw)
+
+
+def test_score_model_sees_clean_positions_at_lam_zero_under_the_uniform_graph():
+    """The score model gets lam per row when every position is a target (the program of an
+    unconditional call), and lam per position (0 off the target) otherwise -- under the
+    uniform graph only: an absorbing-graph model sees a clean token as unmasked."""
+    lam_R = jnp.array([0.25, 0.5, 0.75])
+    z = jnp.zeros((3, 4), jnp.int32)
+    shapes = []
+
+    def model(params, z_RxL, lam):
+        shapes.append(lam.ndim)
+        return jnp.broadcast_to(se.per_token(lam), z_RxL.shape + (2,))
+
+    part = jnp.array([[False, True, True, True]] * 3)
+    full = jnp.ones((3, 4), bool)
+    uni = se.ScoreEntropyProcess(graph="uniform", vocab_size=2)
+    got = np.asarray(uni.scores(model, None, z, lam_R, part))[..., 0]
+    np.testing.assert_array_equal(got, np.where(np.asarray(part), np.asarray(lam_R)[:, None], 0.0))
+    got = np.asarray(uni.scores(model, None, z, lam_R, full))[..., 0]
+    np.testing.assert_array_equal(got, np.broadcast_to(np.asarray(lam_R)[:, None], (3, 4)))
+    shapes.clear()
+    ab = se.ScoreEntropyProcess(graph="absorb", vocab_size=2)
+    got = np.asarray(ab.scores(model, None, z, lam_R, part))[..., 0]
+    np.testing.assert_array_equal(got, np.broadcast_to(np.asarray(lam_R)[:, None], (3, 4)))
+    assert shapes == [1]
+
+
 def test_imdse_rejects_bad_input(tab):
     sc = se.OracleScore(tab, "uniform")
     x = tab.sample(np.random.default_rng(0), 2)
@@ -94,8 +213,6 @@ def test_imdse_rejects_bad_input(tab):
     bad[1, 2] = 7
     with pytest.raises(ValueError, match=r"x\[1, 2\] = 7"):
         lk.imdse_nll(sc, bad, jax.random.key(0), graph="uniform", lam_max=0.9)
-    with pytest.raises(NotImplementedError, match="uniform"):
-        lk.imdse_conditional_nll(sc, x[:, :3], x[:, 3:], jax.random.key(0), graph="uniform", lam_max=0.9)
     # A score model for one graph evaluated as the other would give a silently wrong number.
     with pytest.raises(ValueError, match="'uniform' graph but graph='absorb'"):
         lk.imdse_nll(sc, x, jax.random.key(0), graph="absorb", lam_max=0.9)

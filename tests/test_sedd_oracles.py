@@ -298,3 +298,49 @@ def test_bad_inputs_raise():
     det = _periodic_markov()
     with pytest.raises(ValueError, match=r"z\[0\] has probability 0"):
         det.log_score_np(np.array([[0, 0, 3]]), 0.5, "absorb")
+
+
+def _noised_tensor_per_position(T, lam_L, graph, V):
+    """The noised law with one noise level per position (axis j under K_{lam_j})."""
+    for ax, lam in enumerate(lam_L):
+        T = np.moveaxis(np.tensordot(_kernel(lam, graph, V), T, axes=([1], [ax])), 0, ax)
+    return T
+
+
+@pytest.mark.parametrize("case", ["tabular", "markov2", "sparse2"])
+@pytest.mark.parametrize("graph", ["uniform", "absorb"])
+def test_per_position_noise_levels_match_enumeration(case, graph):
+    """lam [B, L] (0 = a clean position, 1 = pure noise, else a level): the float64 and float32
+    scores and the noised marginal equal brute force on the per-position noised law; a row
+    of equal levels gives the per-row result."""
+    orc, L = _case(case)
+    V = orc.vocab_size
+    rng = np.random.default_rng(7)
+    T = _p0(orc, L)
+    B = 6
+    lam = rng.choice([0.0, 1.0, 1e-3, 0.3, 0.9], size=(B, L))
+    lam[:, 0] = 0.0 if graph == "uniform" else 0.5  # a clean prompt position (uniform)
+    x = np.array(np.unravel_index(rng.choice(T.size, size=B, p=T.ravel()), T.shape)).T.astype(np.int32)
+    hit = rng.random((B, L)) < lam
+    noise = np.full((B, L), V) if graph == "absorb" else rng.integers(0, V, (B, L))
+    z = np.where(hit, noise, x).astype(np.int32)
+    for b in range(B):
+        N = _noised_tensor_per_position(T, lam[b], graph, V)
+        want = _brute_log_score(N, z[b:b + 1], V, graph)
+        got = orc.log_score_np(z[b:b + 1], lam[b:b + 1], graph)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
+        got32 = np.asarray(orc.log_score(jnp.asarray(z[b:b + 1]), jnp.asarray(lam[b:b + 1], jnp.float32), graph))
+        assert np.all(np.isfinite(got32))
+        tol = _f32_tol(np.maximum(lam[b], 1e-30), L).max() + 1e-5 * np.abs(want).max()
+        ok = want > oracles.LOG_ZERO + 1  # float32 floors may differ near log 0
+        np.testing.assert_allclose(got32[ok], want[ok], rtol=0, atol=tol)
+        with np.errstate(divide="ignore"):
+            np.testing.assert_allclose(orc.log_noised_marginal(z[b:b + 1], lam[b:b + 1], graph),
+                                       np.log(N[tuple(z[b])]), rtol=0, atol=1e-10)
+    row = np.full((2, L), 0.3)
+    np.testing.assert_allclose(orc.log_score_np(z[:2], row, graph), orc.log_score_np(z[:2], row[:, 0], graph),
+                               rtol=0, atol=1e-9)
+    with pytest.raises(ValueError, match=r"lam\[1, 2\] = -0.5 is outside \[0, 1\]"):
+        bad = row.copy()
+        bad[1, 2] = -0.5
+        orc.log_score_np(z[:2], bad, graph)

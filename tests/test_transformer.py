@@ -161,6 +161,25 @@ def test_time_conditioned_depends_on_t():
     np.testing.assert_allclose(np.asarray(out_c[1:]), np.asarray(out_a[1:]), atol=1e-6)
 
 
+def test_per_token_times():
+    """t [B, L] (per-token adaLN, the same parameters): equal times in a row give the per-row
+    output to float rounding; a token's own time changes the output (at every token, through
+    attention), and the per-row program is unchanged by the per-token path's existence."""
+    model = _model(time_conditioning=True)
+    z = _tokens(jax.random.key(1))
+    variables = _perturb(_init(model, z, jnp.full((B,), 0.2)), 2)
+    t_B = jnp.array([0.1, 0.4, 0.9])
+    out_row = _apply(model, variables, z, t_B)
+    out_tok = _apply(model, variables, z, jnp.broadcast_to(t_B[:, None], (B, L)))
+    np.testing.assert_allclose(np.asarray(out_tok), np.asarray(out_row), rtol=0, atol=2e-5)
+    t_BxL = jnp.broadcast_to(t_B[:, None], (B, L)).at[0, 0].set(0.0)  # token 0 of row 0 clean
+    out_one = _apply(model, variables, z, t_BxL)
+    assert float(jnp.max(jnp.abs(out_one[0, 0] - out_row[0, 0]))) > 1e-3
+    np.testing.assert_allclose(np.asarray(out_one[1:]), np.asarray(out_row[1:]), rtol=0, atol=2e-5)
+    with pytest.raises(ValueError, match=r"one per token"):
+        model.apply(variables, z, jnp.zeros((B, L + 1)))
+
+
 def test_dropout_only_in_train():
     model = _model(dropout=0.3)
     z = _tokens(jax.random.key(1))

@@ -3,7 +3,7 @@
 * :class:`Denoiser` — a masked-diffusion :class:`~infodiff.networks.transformer.Transformer`:
   ``denoiser(z_BxL, t_B) -> logprobs_BxLxV``.
 * :class:`ScoreModel` — a SEDD transformer and its score parameterisation:
-  ``score_model(z_BxL, lam_B) -> log-scores [B, L, V]``.
+  ``score_model(z_BxL, lam) -> log-scores [B, L, V]`` (lam [B], or per position [B, L]).
 
 Both are frozen and compared / hashed by identity, so they can be static ``jax.jit`` arguments
 or be closed over; ``apply_params(params, ...)`` lets jitted callers pass the parameters as
@@ -53,7 +53,7 @@ class Denoiser:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ScoreModel:
-    """``score_model(z_BxL, lam_B) -> log-scores [B, L, V]``: a SEDD network in eval mode.
+    """``score_model(z_BxL, lam) -> log-scores [B, L, V]`` (lam [B], or per position [B, L]): a SEDD network in eval mode.
 
     The network is conditioned on the noise level lam = 1 - exp(-sigma_bar(t)) in [0, 1]
     (passed as its time input). ``graph``: 'absorb' | 'uniform'; ``score_param``: 'direct' |

@@ -265,6 +265,8 @@ class _Norm(nn.Module):
         mod_Bx2D = nn.Dense(2 * D, dtype=jnp.float32, kernel_init=nn.initializers.zeros,
                             bias_init=nn.initializers.zeros, name="adaln_mod")(nn.silu(c_BxC))
         shift_BxD, scale_BxD = jnp.split(mod_Bx2D, 2, axis=-1)
+        if c_BxC.ndim == 3:  # per-token conditioning [B, L, C]: per-token modulation
+            return y_BxLxD * (1.0 + scale_BxD) + shift_BxD
         return y_BxLxD * (1.0 + scale_BxD[:, None, :]) + shift_BxD[:, None, :]
 
 
@@ -502,7 +504,9 @@ class Transformer(nn.Module):
         Args:
           z_BxL: noisy token ids, shape ``[B, L]`` with ``L <= seq_len``,
             integer dtype, values in ``[0, V]`` (``V`` = MASK).
-          t_B: diffusion times in ``[0, 1]``, shape ``[B]``.  Required iff
+          t_B: diffusion times in ``[0, 1]``, shape ``[B]``, or one per token
+            ``[B, L]`` (e.g. 0 at a clean prompt: each token's adaLN modulation then
+            comes from its own time; the same parameters). Required iff
             ``time_conditioning``; otherwise ignored (may be None).
           train: enables dropout (needs ``rngs={'dropout': key}``).
 
@@ -514,7 +518,7 @@ class Transformer(nn.Module):
         Raises:
           ValueError: ``z_BxL`` is not 2-D or ``L > seq_len`` (message names
             the shape); ``time_conditioning`` and ``t_B`` is None or its
-            shape is not ``(B,)``; ``width`` not divisible by ``num_heads``
+            shape is not ``(B,)`` or ``(B, L)``; ``width`` not divisible by ``num_heads``
             or odd head dim.
           TypeError: ``z_BxL`` does not have an integer dtype (message names
             the dtype).
@@ -538,9 +542,13 @@ class Transformer(nn.Module):
                 raise ValueError("time_conditioning=True requires t_B of shape "
                                  f"({B},), got None")
             t_B = jnp.asarray(t_B)
-            if t_B.shape != (B,):
-                raise ValueError(f"t_B must have shape ({B},), got shape {tuple(t_B.shape)}")
-            temb_BxF = timestep_embedding(t_B)
+            if t_B.shape == z_BxL.shape:  # one time per token [B, L]: per-token adaLN
+                temb_BxF = timestep_embedding(t_B.reshape(-1)).reshape(B, z_BxL.shape[1], -1)
+            elif t_B.shape != (B,):
+                raise ValueError(f"t_B must have shape ({B},) or {tuple(z_BxL.shape)} (one per token), "
+                                 f"got shape {tuple(t_B.shape)}")
+            else:
+                temb_BxF = timestep_embedding(t_B)
             c_BxD = nn.Dense(D, dtype=jnp.float32, name="time_mlp_in")(temb_BxF)
             c_BxD = nn.silu(c_BxD)
             c_BxD = nn.Dense(D, dtype=jnp.float32, name="time_mlp_out")(c_BxD)

@@ -11,8 +11,10 @@ I-MDSE arXiv 2510.24088 Thm 3.2):
     ``lam`` the token is resampled uniformly over the V real tokens (possibly itself), so
     ``K_lam(y | x) = (1 - lam) 1[y = x] + lam / V``; forward rate ``1 / V`` from every y != x
     into x. (The SEDD paper's Q = 1 1^T - V I is the same process with sigma_bar / V.)
-* A **score model** is ``log_score_fn(z_BxL int32, lam_B float32) -> log s [B, L, V]`` with
-  ``s[b, i, v] ~ p_lam(z with z_i := v) / p_lam(z)`` for the V real tokens. Entries at
+* A **score model** is ``log_score_fn(z_BxL int32, lam float32) -> log s [B, L, V]`` with
+  ``s[b, i, v] ~ p_lam(z with z_i := v) / p_lam(z)`` for the V real tokens; lam is one noise
+  level per sequence [B] or one per position [B, L] (0 at a clean position such as a prompt,
+  1 at pure noise such as a pad: under the uniform graph a clean token looks like a noised one). Entries at
   ``v = z_i`` are ignored (the ratio is 1); for ``absorb`` only masked positions are used.
   Trained networks condition on ``lam`` (not t), so estimators do not need the schedule.
 * ``score_entropy`` is the DSE per unit sigma_bar (the rate sigma(t) factored out):
@@ -48,6 +50,8 @@ LogScoreFn = Callable[[jax.Array, jax.Array], jax.Array]
 
 __all__ = [
     "GRAPHS",
+    "LOG_ZERO",
+    "per_token",
     "LAMBDA_SAMPLING",
     "check_graph",
     "transition_probs",
@@ -81,6 +85,17 @@ def check_graph(graph: str) -> str:
 # ---------------------------------------------------------------------------------------------
 LAM_ONE = float(np.float32(1.0) - np.float32(2.0**-24))  # largest float32 below 1
 LAM_ZERO = 1e-30
+# log of the smallest normal float32 (about -87.34): the value the exact scores use for log 0
+# (absorb at unmasked positions, absorb at lam = 1, symbols of probability 0) and the floor of
+# every exact log-ratio, so that exp() gives ~1e-38 (not inf) and 0 * log s = 0 (not NaN)
+# inside jitted sums. Same value in float32 and float64.
+LOG_ZERO = float(np.log(np.finfo(np.float32).tiny))
+
+
+def per_token(lam):
+    """Noise levels shaped to broadcast against [B, L, V]: lam [B] -> [B, 1, 1] (one level per
+    sequence), lam [B, L] -> [B, L, 1] (one level per position). numpy or jax arrays."""
+    return lam[:, None, None] if lam.ndim == 1 else lam[:, :, None]
 
 
 def clip_lam(lam):
@@ -140,12 +155,12 @@ def absorb_log_score_from_mean(log_c_BxLxV: jax.Array, lam_B: jax.Array) -> jax.
     or x0-prediction parameterisation); an unnormalised ``c`` (SEDD's "scale by sigma" head)
     converts the same way. float32 [B, L, V]. Source: arXiv 2406.03736 (RADD) Eq. 5; docs/discrete_diffusion.md §5.
     """
-    return log_c_BxLxV.astype(jnp.float32) + log_a(lam_B)[:, None, None]
+    return log_c_BxLxV.astype(jnp.float32) + per_token(log_a(lam_B))
 
 
 def absorb_mean_from_log_score(log_s_BxLxV: jax.Array, lam_B: jax.Array) -> jax.Array:
     """Inverse of :func:`absorb_log_score_from_mean`: log c = log s - log a(lam). float32."""
-    return log_s_BxLxV.astype(jnp.float32) - log_a(lam_B)[:, None, None]
+    return log_s_BxLxV.astype(jnp.float32) - per_token(log_a(lam_B))
 
 
 def uniform_log_score_from_mean(log_p0_BxLxV: jax.Array, z_BxL: jax.Array, lam_B: jax.Array) -> jax.Array:
@@ -155,11 +170,11 @@ def uniform_log_score_from_mean(log_p0_BxLxV: jax.Array, z_BxL: jax.Array, lam_B
     (ours, re-derived from docs/discrete_diffusion.md §1.3) to
     ``s_v = V a P_v + P_z / (1 + V a) + (1 - P_z)`` for v != z_i (``a = (1 - lam) / lam``,
     ``P_z = P(x0_i = z_i | z)``) and ``s_{z_i} = 1``. With the exact posterior it is the exact
-    score. Computed by log-sum-exp; float32 [B, L, V].
+    score. lam_B [B] or per position [B, L]. Computed by log-sum-exp; float32 [B, L, V].
     """
     lp = log_p0_BxLxV.astype(jnp.float32)
     V = lp.shape[-1]
-    la = log_a(lam_B)[:, None, None]
+    la = per_token(log_a(lam_B))
     log_va = la + math.log(V)
     onehot = jax.nn.one_hot(z_BxL, V, dtype=bool)
     lp_z = jnp.sum(jnp.where(onehot, lp, 0.0), axis=-1, keepdims=True)
@@ -272,6 +287,9 @@ class AbsorbGraph:
 
     name: str = dataclasses.field(default="absorb", init=False)
     has_mask: bool = dataclasses.field(default=True, init=False)
+    # A clean position is visible in z itself (it is not MASK): the score model needs one noise
+    # level per sequence only.
+    needs_position_lam: bool = dataclasses.field(default=False, init=False)
 
     def transition_probs(self, x_BxL, lam_B, vocab_size):
         """float32 [B, L, V + 1], last column MASK."""
@@ -292,6 +310,42 @@ class AbsorbGraph:
     def sample_limit(self, key, num_samples, seq_len, vocab_size):
         del key
         return jnp.full((num_samples, seq_len), vocab_size, jnp.int32)
+
+    # ---- exact maths for the oracles (numpy float64 or jax float32 via ``xp``) ----
+    def num_states(self, vocab_size: int) -> int:
+        """Token ids a noised sequence may hold: the V real tokens and MASK (id V)."""
+        return vocab_size + 1
+
+    def log_emission(self, xp, z_BxL, lam, vocab_size: int):
+        """log K_lam(z_j | u): [B, L, V] over clean tokens u (docs/discrete_diffusion.md §1.2).
+        lam [B] or per position [B, L]; MASK has log lam, the same token log(1 - lam)."""
+        V = vocab_size
+        lam = per_token(lam)
+        match = z_BxL[:, :, None] == xp.arange(V)[None, None, :]
+        masked_ = (z_BxL == V)[:, :, None]
+        return xp.where(masked_, xp.log(lam), xp.where(match, xp.log1p(-lam), -xp.inf))
+
+    def rel_log_emission(self, xp, z_BxL, lam, vocab_size: int):
+        """log K_lam(z_j | u) up to a factor free of u, [B, L, V] (posterior weights only):
+        0 if z_j = u or z_j = MASK, else -inf (lam does not enter)."""
+        V = vocab_size
+        match = z_BxL[:, :, None] == xp.arange(V)[None, None, :]
+        ok = match | (z_BxL == V)[:, :, None]
+        return xp.where(ok, 0.0, -xp.inf)
+
+    def mismatch_log_weight(self, xp, n_BxKxL, lam_B, vocab_size: int):
+        """log prod K(z_j | x_j) / K(x_j | x_j) over ``n`` real tokens z_j != x_j at one noise
+        level per row (lam_B [B]): -inf if n > 0 (a real token never turns into another)."""
+        return xp.where(n_BxKxL > 0, -xp.inf, 0.0)
+
+    def log_score_from_posterior(self, xp, lq_BxLxV, z_BxL, lam, vocab_size: int):
+        """Exact log-scores from the leave-one-out posterior q_i(u) = P(x_i = u | z_{-i}):
+        at a masked position log a + log q(v), a = (1 - lam) / lam (docs/discrete_diffusion.md
+        §5.1); LOG_ZERO at an unmasked one. lam [B] or [B, L]; floored at LOG_ZERO; [B, L, V]."""
+        lam = per_token(lam)
+        log1m = xp.log1p(-lam)
+        out = xp.where((z_BxL == vocab_size)[:, :, None], (log1m - xp.log(lam)) + lq_BxLxV, LOG_ZERO)
+        return xp.maximum(out, LOG_ZERO)
 
     def score_entropy(self, log_score_BxLxV, x0_BxL, z_BxL, lam_B, target_BxL=None):
         """Only masked positions contribute, ``a [phi(c_x0) + sum_{v != x0} c_v]`` with
@@ -349,6 +403,9 @@ class UniformGraph:
 
     name: str = dataclasses.field(default="uniform", init=False)
     has_mask: bool = dataclasses.field(default=False, init=False)
+    # A clean token looks like a noised one: a score model must be told which positions are
+    # clean (lam = 0 there: a prompt) or pure noise (lam = 1: a pad).
+    needs_position_lam: bool = dataclasses.field(default=True, init=False)
 
     def transition_probs(self, x_BxL, lam_B, vocab_size):
         """float32 [B, L, V]: (1 - lam) 1[y = x] + lam / V."""
@@ -366,6 +423,49 @@ class UniformGraph:
 
     def sample_limit(self, key, num_samples, seq_len, vocab_size):
         return jax.random.randint(key, (num_samples, seq_len), 0, vocab_size, dtype=jnp.int32)
+
+    # ---- exact maths for the oracles (numpy float64 or jax float32 via ``xp``) ----
+    def num_states(self, vocab_size: int) -> int:
+        """Token ids a noised sequence may hold: the V real tokens."""
+        return vocab_size
+
+    def log_emission(self, xp, z_BxL, lam, vocab_size: int):
+        """log K_lam(z_j | u): [B, L, V] over clean tokens u (docs/discrete_diffusion.md §1.3):
+        log(1 - lam (V - 1) / V) if z_j = u, log(lam / V) otherwise. lam [B] or [B, L]."""
+        V = vocab_size
+        lam = per_token(lam)
+        match = z_BxL[:, :, None] == xp.arange(V)[None, None, :]
+        return xp.where(match, xp.log1p(-lam * ((V - 1) / V)), xp.log(lam) - math.log(V))
+
+    def log_mismatch(self, xp, lam, vocab_size: int):
+        """D = log K(z != u) - log K(z = u) = log lam - log(V - (V - 1) lam), the shape of lam
+        (exactly 0 at lam = 1, -inf at lam = 0)."""
+        return xp.log(lam) - xp.log(vocab_size - (vocab_size - 1) * lam)
+
+    def rel_log_emission(self, xp, z_BxL, lam, vocab_size: int):
+        """log K_lam(z_j | u) up to a factor free of u, [B, L, V]: 0 if u = z_j else D
+        (:meth:`log_mismatch`). lam [B] or per position [B, L]."""
+        V = vocab_size
+        match = z_BxL[:, :, None] == xp.arange(V)[None, None, :]
+        D = per_token(self.log_mismatch(xp, lam, V))
+        return xp.where(match, xp.zeros_like(D), D)
+
+    def mismatch_log_weight(self, xp, n_BxKxL, lam_B, vocab_size: int):
+        """log prod K(z_j | x_j) / K(x_j | x_j) over ``n`` real tokens z_j != x_j at one noise
+        level per row (lam_B [B]): n D, an integer count times D (no cancellation)."""
+        D_B = self.log_mismatch(xp, lam_B, vocab_size)
+        return xp.where(n_BxKxL > 0, n_BxKxL * D_B[:, None, None], 0.0)
+
+    def log_score_from_posterior(self, xp, lq_BxLxV, z_BxL, lam, vocab_size: int):
+        """Exact log-scores from the leave-one-out posterior q_i(u) = P(x_i = u | z_{-i}):
+        s_v = sum_u q(u) K(v|u) / sum_u q(u) K(z_i|u), i.e. log s_v = h(v) - h(z_i) with
+        h(u) = logaddexp(log(1 - lam) + log q(u), log(lam / V)) (exactly 0 at v = z_i; at
+        lam = 0, a clean position, the ratio q(v) / q(z_i)). lam [B] or [B, L]; floored at
+        LOG_ZERO; [B, L, V]. Source: docs/discrete_diffusion.md §1.3, §5."""
+        lam = per_token(lam)
+        h = xp.logaddexp(xp.log1p(-lam) + lq_BxLxV, xp.log(lam) - math.log(vocab_size))
+        out = h - xp.take_along_axis(h, z_BxL[:, :, None], axis=-1)
+        return xp.maximum(out, LOG_ZERO)
 
     def score_entropy(self, log_score_BxLxV, x0_BxL, z_BxL, lam_B, target_BxL=None):
         """Closed form (as SEDD's code): if z_i = x0_i, r = 1 / (1 + V a) for every y != z_i;
@@ -438,17 +538,22 @@ NOISE_LAWS = ("time",) + LAMBDA_SAMPLING
 class SENoise:
     """Noise of one Monte Carlo sample per row: ``lam_R`` (clipped), ``weight_R`` and
     ``denom_R`` (the integrand is ``weight * DSE / denom``), ``hit_RxL`` / ``new_RxL`` (which
-    positions are noised and to what). Independent of the clean tokens."""
+    positions are noised and to what), and ``scored_RxL`` (None, or with a clean-prefix
+    training law the positions that are noised and scored; the rest is a clean context).
+    Independent of the clean tokens."""
 
     lam: jax.Array
     weight: jax.Array
     denom: jax.Array
     hit: jax.Array
     new: jax.Array
+    scored: jax.Array | None = None
 
 
-jax.tree_util.register_dataclass(SENoise, data_fields=["lam", "weight", "denom", "hit", "new"],
+jax.tree_util.register_dataclass(SENoise, data_fields=["lam", "weight", "denom", "hit", "new", "scored"],
                                  meta_fields=[])
+
+CLEAN_PREFIX_KEY = 0xC1EA  # fold_in constant of the clean-prefix draw (the other draws unchanged)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -465,6 +570,10 @@ class ScoreEntropyProcess(base.Process):
       lam ~ q on (0, lam_max] by :func:`sample_lambda`, weight 1 / q(lam), denom 1 - lam, i.e.
       ``int_0^{lam_max} DSE / (1 - lam) d lam`` (docs/discrete_diffusion.md §4.1, §6).
 
+    ``clean_prefix_prob`` (training, default 0 = SEDD's objective): the probability that a
+    row keeps a clean prefix (:meth:`clean_prefix`), so that a network learns scores with a
+    clean prompt (for conditionals under the uniform graph).
+
     ``exact_terms`` gives the prior KL at lam_max (``prior``): uniform graph closed form; absorb
     ``(1 - lam_max) sum_i -log c(x_i | all targets masked)`` with the model's own prior (one
     extra pass per sequence). A score model is ``(z_BxL int32, lam_B float32) -> log s [B, L, V]``.
@@ -476,6 +585,7 @@ class ScoreEntropyProcess(base.Process):
     lam_max: float = 1.0
     schedule: object = None
     antithetic: bool = True
+    clean_prefix_prob: float = 0.0
     chunk_order: str = "samples"
     row_wise: bool = True  # each row's value reads only its own row (the driver may slice a call)
     denoiser_inputs: str = "(z_BxL int32, lam_B float32) -> log-scores [B, L, V]"
@@ -488,6 +598,8 @@ class ScoreEntropyProcess(base.Process):
             raise ValueError("noise_law='time' (training) needs a schedule")
         if not 0.0 < float(self.lam_max) <= 1.0:
             raise ValueError(f"lam_max must be in (0, 1]; got {self.lam_max}")
+        if not 0.0 <= float(self.clean_prefix_prob) <= 1.0:
+            raise ValueError(f"clean_prefix_prob must be in [0, 1]; got {self.clean_prefix_prob}")
 
     @property
     def estimator(self) -> str:
@@ -507,10 +619,9 @@ class ScoreEntropyProcess(base.Process):
 
     @property
     def pad_id(self) -> int | None:
-        """Pads hold id V, MASK under the absorbing graph (the score model reads them as masked,
-        so the estimate is the marginal likelihood of the rest); None (no padding) under the
-        uniform graph, which has no token outside the vocabulary."""
-        return self.vocab_size if self.graph.has_mask else None
+        """Pads hold id V: MASK under the absorbing graph, pure noise (lam = 1) under the uniform
+        graph (:meth:`integrand`); either way the estimate is the marginal likelihood of the rest."""
+        return self.vocab_size
 
     def draw_noise(self, key, target_RxL, sample_R=None) -> SENoise:
         del sample_R
@@ -529,18 +640,55 @@ class ScoreEntropyProcess(base.Process):
             lam, weight = sample_lambda(k_a, (R,), self.lam_max, self.noise_law)
             lam = clip_lam(lam)  # u = 1 with lam_max = 1 would give 1 / (1 - lam) = inf
             denom = 1.0 - lam
+        scored = None
+        if self.clean_prefix_prob > 0:
+            scored = target_RxL & ~self.clean_prefix(jax.random.fold_in(key, CLEAN_PREFIX_KEY), target_RxL.shape)
+            target_RxL = scored
         hit, new = self.graph.draw_corruption(k_z, target_RxL.shape, lam, self.vocab_size, target_RxL)
-        return SENoise(lam, weight, denom, hit, new)
+        return SENoise(lam, weight, denom, hit, new, scored)
+
+    def clean_prefix(self, key, shape):
+        """bool [R, L]: with probability ``clean_prefix_prob`` a row keeps a clean prefix of
+        P ~ U{1, ..., L - 1} positions (a prompt the model sees at lam = 0; not scored), else
+        none. Training a uniform-graph network this way teaches it the conditional scores that
+        ``imdse_conditional_nll`` asks for."""
+        R, L = shape
+        k_on, k_len = jax.random.split(key)
+        on = jax.random.uniform(k_on, (R,)) < self.clean_prefix_prob
+        length = jax.random.randint(k_len, (R,), 1, max(L, 2))
+        return jnp.arange(L)[None, :] < jnp.where(on, length, 0)[:, None]
 
     def integrand(self, apply_fn, params, x_RxL, noise: SENoise, target_RxL=None):
         V = self.vocab_size
-        z = apply_corruption(x_RxL, noise.hit, noise.new)
-        log_s = apply_fn(params, z, noise.lam)
+        if noise.scored is not None:  # a clean-prefix training draw: the prefix is context
+            target_RxL = noise.scored if target_RxL is None else target_RxL & noise.scored
+        pad = None
+        if self.graph.needs_position_lam:  # a pad (id V, never a target) is pure noise: lam = 1
+            pad = x_RxL == V
+            z = apply_corruption(x_RxL, noise.hit | pad, noise.new)
+        else:  # absorb: a pad is MASK (id V), which the model reads as masked
+            z = apply_corruption(x_RxL, noise.hit, noise.new)
+        log_s = self.scores(apply_fn, params, z, noise.lam, target_RxL, pad)
         if log_s.shape != (x_RxL.shape[0], x_RxL.shape[1], V):
             raise ValueError(f"the score model returned shape {log_s.shape}, expected "
                              f"{(x_RxL.shape[0], x_RxL.shape[1], V)} (vocab_size={V} mismatch?)")
         ent = self.graph.score_entropy(log_s, x_RxL, z, noise.lam, target_RxL)
         return noise.weight * ent / noise.denom
+
+    def scores(self, apply_fn, params, z_RxL, lam_R, target_RxL=None, pad_RxL=None):
+        """The score model's log-scores [R, L, V] at z: ``apply_fn(params, z, lam_R)`` with one
+        noise level per row, except for a graph whose clean tokens look like noised ones (the
+        uniform graph: ``needs_position_lam``) in a call where some position is not a target:
+        then one level per position, lam_R on the targets, 1 at the pads (``pad_RxL``, bool,
+        pure noise: the marginal likelihood of the rest) and 0 elsewhere (a clean prompt).
+        A call whose positions are all targets runs the per-row program (the same numbers as a
+        model that knows only lam_R)."""
+        if not self.graph.needs_position_lam or target_RxL is None:
+            return apply_fn(params, z_RxL, lam_R)
+        off = jnp.zeros(z_RxL.shape, jnp.float32) if pad_RxL is None else pad_RxL.astype(jnp.float32)
+        lam_RxL = jnp.where(target_RxL, lam_R[:, None], off)
+        return jax.lax.cond(jnp.all(target_RxL), lambda: apply_fn(params, z_RxL, lam_R),
+                            lambda: apply_fn(params, z_RxL, lam_RxL))
 
     def exact_terms(self, apply_fn, params, x_BxL, target_BxL, batch_size) -> dict:
         B = x_BxL.shape[0]
@@ -571,10 +719,8 @@ class ScoreEntropyProcess(base.Process):
         return validate_tokens(x, self.vocab_size)
 
     def check_target(self, target_BxL) -> None:
-        if self.graph.name == "uniform" and not np.asarray(target_BxL).all():
-            raise NotImplementedError(
-                "conditional likelihood with the uniform graph: a score model of the jointly "
-                "noised sequence does not give scores with a clean prompt; use graph='absorb'")
+        """Any target: positions outside it stay clean and reach the score model at lam = 0
+        where the graph needs it (:meth:`scores`)."""
 
 
 @functools.partial(jax.jit, static_argnames=("apply_fn", "vocab_size", "lam_max"))
@@ -737,7 +883,8 @@ def log_score_from_output(graph: str, score_param: str, out_BxLxV: jax.Array, z_
     with -log V instead of -log(V - 1) so that a zero-initialised head gives sum_v c_v = 1);
     uniform ``log s = logits`` (entry z_i unused). ``mean`` (x0-prediction, normalised):
     absorb ``log s = log_softmax + log a(lam)`` (RADD); uniform the exact posterior-to-score map
-    :func:`uniform_log_score_from_mean`. ``z_BxL`` int ids, ``lam_B`` float32 noise levels.
+    :func:`uniform_log_score_from_mean`. ``z_BxL`` int ids, ``lam_B`` float32 noise levels,
+    [B] or per position [B, L].
     Source: docs/discrete_diffusion.md §5.2.
     """
     V = out_BxLxV.shape[-1]

@@ -77,7 +77,7 @@ class SeddTask(text.TextTask):
         # SEDD's objective: t ~ U[0, 1) (antithetic), weight sigma(t) (SEDD Eq. 3).
         self.process = score_entropy.ScoreEntropyProcess(
             graph=self.graph, vocab_size=self.vocab_size, noise_law="time", schedule=self.schedule,
-            antithetic=self.antithetic)
+            antithetic=self.antithetic, clean_prefix_prob=float(p.get("clean_prefix_prob", 0.0)))
 
     def network_output(self):
         """Raw 'logits' for ``score_param='direct'`` (the score is exp(logits)), else 'log_softmax'."""
@@ -111,10 +111,7 @@ class SeddTask(text.TextTask):
     def scoring_process(self, estimator):
         if estimator != "imdse":
             raise ValueError(f"estimator {estimator!r}: a score-entropy (sedd) run scores text with 'imdse'")
-        # Rows of different lengths need pads (likelihood.nll(pad_BxL=...)); ScoreEntropyProcess
-        # has none yet (issue 25, item 4: pad_id). Return self.estimation_process() once it has.
-        raise ValueError("scoring your own text with a sedd run needs padding in ScoreEntropyProcess, "
-                         "which is not implemented yet; score it with a masked run (configs/masked_text.py)")
+        return self.estimation_process()
 
     def process_info(self, process):
         return {"name": self.name, "graph": self.graph, "score_param": self.score_param,
@@ -153,7 +150,7 @@ def oracle_case(config, name: str = "sedd") -> OracleCase:
             proc = score_entropy.ScoreEntropyProcess(graph=graph, vocab_size=V, noise_law=samp, lam_max=lam_max)
             case.estimators.append(OracleEstimator(
                 proc, score_entropy.OracleScore(orc, graph), jax.random.fold_in(jax.random.fold_in(key, i), j),
-                conditional=(graph == "absorb"), ratio=False))
+                conditional=True, ratio=True))
 
     def samplers():
         if not (steps_list and config.data.name == "tabular" and V**L <= 100_000):
