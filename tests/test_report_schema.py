@@ -175,3 +175,22 @@ def test_input_report_agrees(tiny_run, tmp_path, kind):
     assert_report_agrees(rep)
     assert_flags_bad_copies(rep)
     assert ("cleaning" in rep) and (("target_se" in rep) == (kind == "text"))
+
+
+def test_counts_input_report_agrees(tmp_path):
+    """A Poisson run scoring a .npy of counts: the input report without text fields (no
+    cleaning, rows with dims and bits_per_dim)."""
+    import numpy as np
+
+    from tests.test_evaluation import _poisson
+
+    c = _poisson()
+    wd = str(tmp_path / "run")
+    training.train(tasks.make_task(c), wd)
+    f = tmp_path / "counts.npy"
+    np.save(f, np.array([[0], [3], [7]]))
+    c.eval.input = str(f)
+    rep, _ = evaluation.evaluate(c, wd)
+    assert rep["input"]["format"] == "counts" and "cleaning" not in rep
+    assert_report_agrees(rep)
+    assert_flags_bad_copies(rep)
