@@ -244,30 +244,28 @@ def _evaluate_counts(config, workdir, t0) -> tuple[dict, str]:
 def _report(config, kind, quantity, units, path, n_rows, workdir, step, model_length, est, summary, process_info,
             cleaning, rows, out_dir, t0) -> dict:
     ev = config.eval
-    se = report_lib.se_fields(est)
-    passes = sum(r["forward_passes"] for r in rows)
-    rep = {"version": report_lib.REPORT_VERSION, "kind": "input", "quantity": quantity, "process": process_info,
-           "units": units, "input": {"path": os.path.abspath(path), "sha256": _sha256(path), "format": kind,
-                                     "unit": str(ev.get("input_unit", "line")), "rows": n_rows},
-           "workdir": os.path.abspath(workdir), "checkpoint_step": step,
-           "params": "ema" if bool(ev.use_ema) else "raw", "model_length": model_length,
-           "estimator": est.estimator, "infinite_variance": bool(est.infinite_variance),
-           "num_samples_per_window": int(est.num_samples),
-           "forward_passes": int(passes), **se, "summary": summary, "rows_preview": rows[:10]}
-    if cleaning is not None:
-        rep["cleaning"] = cleaning
     attachments = _rows_files(rows)
     buf = io.BytesIO()
+    plot_notes = report_lib.ABSENT
     try:
         plots.input_rows_png(buf, rows, kind, quantity, units.get("bits", "bits per character"))
         attachments["rows.png"] = buf.getvalue()
     except (OSError, ValueError) as e:
-        rep["plot_notes"] = [f"rows.png not drawn: {e}"]
+        plot_notes = [f"rows.png not drawn: {e}"]
     files = [os.path.join(out_dir, name) for name in attachments]
-    rep["files"] = files
-    rep["plots"] = [p for p in files if p.endswith(".png")]
-    rep.update(report_lib.common(config, int(ev.seed), t0))
-    return report_lib.Report(rep, attachments=attachments)
+    rep = report_lib.InputReport(
+        quantity=quantity, process=process_info, units=units,
+        input={"path": os.path.abspath(path), "sha256": _sha256(path), "format": kind,
+               "unit": str(ev.get("input_unit", "line")), "rows": n_rows},
+        workdir=os.path.abspath(workdir), checkpoint_step=step,
+        params="ema" if bool(ev.use_ema) else "raw", model_length=model_length,
+        estimator=est.estimator, infinite_variance=bool(est.infinite_variance),
+        num_samples_per_window=int(est.num_samples),
+        forward_passes=int(sum(r["forward_passes"] for r in rows)), **report_lib.se_fields(est), summary=summary,
+        rows_preview=rows[:10], cleaning=report_lib.ABSENT if cleaning is None else cleaning,
+        plot_notes=plot_notes, files=files, plots=[p for p in files if p.endswith(".png")],
+        **report_lib.common(config, int(ev.seed), t0))
+    return report_lib.Report(rep.to_dict(), attachments=attachments)
 
 
 def evaluate_input(config, workdir: str) -> tuple[dict, str]:

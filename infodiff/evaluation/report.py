@@ -1,20 +1,19 @@
-"""The report: one schema for every process and mode, a readable table, strict JSON on disk.
+"""The report: one typed schema per report kind, a readable table, strict JSON on disk.
 
-Schema (``version`` 2, documented in docs/report.md): every report has ``version``, ``kind``
-('network' | 'oracle'), ``process`` ({'name', ...settings}), ``units``, ``seed``,
-``wall_time_s``, ``env``, ``argv`` (the command line), ``git`` (``{"revision", "dirty"}`` of
-the checkout infodiff was imported from, or None outside a git checkout), ``config``. A network report adds ``estimator``,
-``infinite_variance``, ``data``, ``nll``, ``nll_stderr``, ``stderr_kind``, ``stderr_mc``,
-``stderr_data_and_mc``, ``bits``, ``bits_stderr``, ``terms``, ``num_samples_per_item``,
-``forward_passes``, ``per_sample_std``, ``samples``, ``extras``, ``se_method``, ``se_note``,
-``exact``, ``min_samples``, ``few_samples_per_item``, ``plot_notes`` (why a figure, e.g. the
-training curves, was not drawn). An oracle report adds
-``oracle`` and ``results`` with lists of rows (:func:`oracle_row`) and ``samplers``.
+Schema (``version`` 2): the dataclasses below, one per kind (:class:`NetworkReport`,
+:class:`OracleReport`, :class:`InputReport`), built from shared parts (:class:`Head`,
+:class:`Provenance`, :class:`SEFields`) and row schemas (:class:`OracleRow`, :class:`InputRow`,
+...). Each field carries a one-line description, its unit, whether it is required and how
+report.txt shows it (``metadata``); report.json (``Schema.to_dict``), report.txt
+(:func:`format_report`) and docs/report.md's key tables (:func:`docs_tables`,
+``python scripts/report_docs.py``) are generated from them, and :func:`check_report` says
+whether a report dict conforms. A new field is one :func:`key` in one class.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import math
@@ -26,39 +25,26 @@ import socket
 import subprocess
 import sys
 import time
+from typing import Callable, ClassVar
 
 import numpy as np
 
 from infodiff.training import workdir as workdir_lib
 
-__all__ = ["REPORT_VERSION", "COMMON_KEYS", "NETWORK_KEYS", "ORACLE_KEYS", "INPUT_KEYS", "ROW_KEYS", "TERMS", "env", "git_info",
-           "oracle_row", "format_report", "table", "strict_json", "write_report", "Report", "write_together",
-           "clean_leftovers", "UNIT_DIR"]
+__all__ = ["REPORT_VERSION", "COMMON_KEYS", "NETWORK_KEYS", "ORACLE_KEYS", "INPUT_KEYS", "ROW_KEYS", "TERMS", "env",
+           "git_info", "oracle_row", "format_report", "table", "strict_json", "write_report", "Report",
+           "write_together", "clean_leftovers", "UNIT_DIR", "ABSENT", "key", "Schema", "Head", "Provenance",
+           "SEFields", "PerRowSE", "NetworkReport", "OracleReport", "InputReport", "OracleRow", "InputRow", "KINDS",
+           "check_report", "docs_tables", "write_docs"]
 
 REPORT_VERSION = 2
-# The schema (docs/report.md): keys of every report, of each kind, and of an oracle row.
-COMMON_KEYS = ("version", "kind", "process", "units", "experiment", "seed", "wall_time_s", "env", "argv", "git",
-               "config", "plots")
-NETWORK_KEYS = ("workdir", "checkpoint_step", "params", "data", "estimator", "infinite_variance",
-                "num_samples_per_item", "forward_passes", "nll", "nll_stderr", "stderr_kind", "stderr_mc",
-                "stderr_data_and_mc", "bits", "bits_stderr", "terms", "per_sample_std", "samples",
-                "sampler", "sample_steps", "extras", "se_method", "se_note", "exact", "min_samples",
-                "few_samples_per_item", "plot_notes", "uniform_nll", "warnings")
-ORACLE_KEYS = ("oracle", "num_items", "item_size", "prompt_len", "results")
-INPUT_KEYS = ("quantity", "input", "workdir", "checkpoint_step", "params", "model_length", "estimator", "infinite_variance",
-              "num_samples_per_window", "forward_passes", "se_method", "se_note", "exact", "min_samples",
-              "few_samples", "summary", "rows_preview", "files")  # text runs add "cleaning"
-ROW_KEYS = ("estimator", "mean_estimate", "mean_exact", "bias", "bias_stderr", "bias_z",
-            "max_abs_z_per_sequence", "per_sample_std", "per_sample_variance", "variance_per_forward_pass",
-            "stderr_at_1024_forward_passes", "terms", "num_samples", "forward_passes", "infinite_variance",
-            "se_method", "se_note", "exact", "min_samples", "few_samples", "coverage_95", "mean_z2",
-            "se_calibration")
 TERMS = ("diffusion", "prior", "recon", "total")
 # An oracle row's SEs are flagged as miscalibrated when a test of calibration (coverage, bias)
 # rejects at this level (two-sided): about 5 sigma, so that over the <= 20 rows of a report
 # calibrated estimators are flagged by chance with probability about 4e-5.
 SE_CHECK_P = 1e-6
 SE_CHECK_EXACT_TOL = 1e-3  # an SE of 0 claims exactness: |estimate - exact| <= this x max(1, |exact|)
+STDERR_BUDGET = 1024  # forward passes of an oracle row's `stderr_at_1024_forward_passes`
 
 
 def env() -> dict:
@@ -157,45 +143,48 @@ def se_calibration(estimate: np.ndarray, truth: np.ndarray, stderr: np.ndarray, 
                         f"{float(np.max(np.abs(err[~pos]))):.4g} nats")
     if whys:
         out.update(miscalibrated=True, why="; ".join(whys))
-    return out
+    return SECalibration(**out).to_dict()
 
 
-def oracle_row(est, truth: np.ndarray, budget: int = 1024) -> dict:
-    """One estimator against the exact values: bias and its SE, per-sample spread (nats), and the
-    calibration of the per-item SEs: ``coverage_95`` = fraction of items with |estimate - exact|
-    <= 1.96 SE, ``mean_z2`` = mean of ((estimate - exact) / SE)^2 (~1 when calibrated; NaN when
-    an SE is 0, e.g. exact). ``per_sample_variance`` is S x raw SE^2 averaged over items: the
-    variance per draw of the estimator as its ``se_method`` measures it (for iid draws the sample
-    variance; for strata it excludes the between-strata spread that stratification removes)."""
+
+
+def oracle_row(est, truth: np.ndarray) -> dict:
+    """One estimator against the exact values (an :class:`OracleRow`): bias and its SE,
+    per-sample spread (nats), and the calibration of the per-item SEs: ``coverage_95`` =
+    fraction of items with |estimate - exact| <= 1.96 SE, ``mean_z2`` = mean of ((estimate -
+    exact) / SE)^2 (~1 when calibrated; NaN when an SE is 0, e.g. exact). ``per_sample_variance``
+    is S x raw SE^2 averaged over items: the variance per draw of the estimator as its
+    ``se_method`` measures it (for iid draws the sample variance; for strata it excludes the
+    between-strata spread that stratification removes)."""
     bias = est.mean - truth
     bias_se = est.split_mean()["stderr_mc"]
     var_sample = float(np.mean(est.stderr_raw**2)) * est.num_samples
     pos = bool(np.all(est.stderr > 0))
     z = bias / est.stderr if pos else None
     fp_per_sample = est.forward_passes / est.num_samples if est.num_samples else 0.0
-    return {
-        "estimator": est.estimator,
-        "mean_estimate": float(est.mean.mean()),
-        "mean_exact": float(truth.mean()),
-        "bias": float(bias.mean()),
-        "bias_stderr": bias_se,
+    return OracleRow(
+        estimator=est.estimator,
+        mean_estimate=float(est.mean.mean()),
+        mean_exact=float(truth.mean()),
+        bias=float(bias.mean()),
+        bias_stderr=bias_se,
         # z is undefined (NaN -> null in report.json) when the estimator is exact (SE = 0).
-        "bias_z": float(bias.mean() / bias_se) if bias_se > 0 else float("nan"),
-        "max_abs_z_per_sequence": float(np.max(np.abs(z))) if pos else float("nan"),
-        "coverage_95": float(np.mean(np.abs(z) <= 1.96)) if pos else float("nan"),
-        "mean_z2": float(np.mean(z**2)) if pos else float("nan"),
-        "se_calibration": se_calibration(est.mean, truth, est.stderr,
-                                         float(bias.mean() / bias_se) if bias_se > 0 else float("nan")),
-        "per_sample_std": math.sqrt(var_sample),
-        "per_sample_variance": var_sample,
-        "variance_per_forward_pass": var_sample * fp_per_sample,
-        f"stderr_at_{budget}_forward_passes": math.sqrt(var_sample * fp_per_sample / budget),
-        "terms": {k: float(v.mean()) for k, v in est.terms.items()},
-        "num_samples": est.num_samples,
-        "forward_passes": est.forward_passes,
-        "infinite_variance": est.infinite_variance,
+        bias_z=float(bias.mean() / bias_se) if bias_se > 0 else float("nan"),
+        max_abs_z_per_sequence=float(np.max(np.abs(z))) if pos else float("nan"),
+        coverage_95=float(np.mean(np.abs(z) <= 1.96)) if pos else float("nan"),
+        mean_z2=float(np.mean(z**2)) if pos else float("nan"),
+        se_calibration=se_calibration(est.mean, truth, est.stderr,
+                                      float(bias.mean() / bias_se) if bias_se > 0 else float("nan")),
+        per_sample_std=math.sqrt(var_sample),
+        per_sample_variance=var_sample,
+        variance_per_forward_pass=var_sample * fp_per_sample,
+        stderr_at_1024_forward_passes=math.sqrt(var_sample * fp_per_sample / STDERR_BUDGET),
+        terms={k: float(v.mean()) for k, v in est.terms.items()},
+        num_samples=est.num_samples,
+        forward_passes=est.forward_passes,
+        infinite_variance=est.infinite_variance,
         **se_fields(est),
-    }
+    ).to_dict()
 
 
 def table(headers, rows) -> str:
@@ -204,10 +193,6 @@ def table(headers, rows) -> str:
     out = ["  ".join(str(h).rjust(w) for h, w in zip(headers, widths)), "  ".join("-" * w for w in widths)]
     out += ["  ".join(str(c).rjust(w) for c, w in zip(r, widths)) for r in rows]
     return "\n".join(out)
-
-
-def _fmt_terms(terms: dict) -> str:
-    return ", ".join(f"{k} {v:.6g}" for k, v in terms.items() if k != "total")
 
 
 def worse_than_uniform(nll: float, stderr: float, uniform_nll: float | None, unit: str) -> list[str]:
@@ -226,43 +211,341 @@ def worse_than_uniform(nll: float, stderr: float, uniform_nll: float | None, uni
     return out
 
 
-def _format_network(r: dict) -> str:
+# ---------------------------------------------------------------------------------------------
+# The schema: one dataclass per report kind, built from shared parts. report.json is
+# Schema(...).to_dict(), report.txt is format_report(report) and docs/report.md's key tables are
+# docs_tables(): all three read the fields' metadata below, so they cannot drift apart.
+# ---------------------------------------------------------------------------------------------
+class _Absent:
+    """The value of an optional field a report does not have: its key is left out of report.json."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT = _Absent()
+
+
+@dataclasses.dataclass(frozen=True)
+class Rows:
+    """report.txt: rows of the key table, ``render(report) -> [(label, value), ...]``."""
+
+    render: Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class Lines:
+    """report.txt: lines under the key table, ``render(report) -> [str, ...]``."""
+
+    render: Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class Shown:
+    """report.txt: shown in the row or lines of the field ``key`` (``"title"``: in the title)."""
+
+    key: str
+
+
+def row(label, fmt: Callable) -> Rows:
+    """One row of the key table: ``label`` (str, or callable(report) -> str), ``fmt(report)``."""
+    return Rows(lambda r: [(label(r) if callable(label) else label, fmt(r))])
+
+
+def key(doc: str, *, unit: str = "", text: Rows | Lines | Shown | None = None, required: bool = True,
+        rows: Callable | None = None, default=dataclasses.MISSING, init: bool = True):
+    """A report field: ``doc`` (one line, docs/report.md), ``unit``, ``text`` (how report.txt
+    shows it; None: named on the text's last line, ``also in report.json: ...``), ``required``
+    (an optional field not set is left out of report.json), ``rows`` (value -> [(schema, dict),
+    ...]: the rows it holds, checked against their schema by :func:`check_report`)."""
+    if default is dataclasses.MISSING and not required:
+        default = ABSENT
+    return dataclasses.field(default=default, init=init, metadata={
+        "doc": doc, "unit": unit, "text": text, "required": required, "rows": rows})
+
+
+def _each(schema) -> Callable:
+    return lambda v: [(schema, x) for x in v]
+
+
+@dataclasses.dataclass(kw_only=True)
+class Schema:
+    """Base of every report part and row. ``TITLE``: report.txt's first line (a report kind);
+    ``TEXT``: {field: Rows | Lines | Shown | None}, how this kind shows a shared part's field
+    (overrides the field's own ``text``)."""
+
+    TITLE: ClassVar[str] = ""
+    TEXT: ClassVar[dict] = {}
+
+    @classmethod
+    def keys(cls) -> list[dataclasses.Field]:
+        """The fields in report order: :class:`Head`, the class's own fields, the shared parts
+        it includes, :class:`Provenance`."""
+        fs = dataclasses.fields(cls)
+        head = [f for f in fs if issubclass(cls, Head) and f.name in Head.__dataclass_fields__]
+        tail = [f for f in fs if issubclass(cls, Provenance) and f.name in Provenance.__dataclass_fields__]
+        own = [f for f in fs if f.name in cls.__dict__.get("__annotations__", {}) and f not in head + tail]
+        return head + own + [f for f in fs if f not in head + own + tail] + tail
+
+    @classmethod
+    def text(cls, f: dataclasses.Field):
+        """How report.txt shows field ``f`` (:class:`Rows`, :class:`Lines`, :class:`Shown` or None)."""
+        return cls.TEXT.get(f.name, f.metadata["text"])
+
+    def to_dict(self) -> dict:
+        """The report (or row) as report.json holds it: fields in :meth:`keys` order, optional
+        fields not set left out."""
+        return {f.name: getattr(self, f.name) for f in self.keys() if getattr(self, f.name) is not ABSENT}
+
+
+# -- shared parts -----------------------------------------------------------------------------------
+@dataclasses.dataclass(kw_only=True)
+class Head(Schema):
+    """The first keys of every report; ``KIND`` names the report kind."""
+
+    KIND: ClassVar[str] = ""
+    version: int = key("the schema version, `2`", default=REPORT_VERSION, init=False, text=Shown("title"))
+    kind: str = key("`network` (a trained run on a split, `eval.mode = \"network\"`), `oracle` (estimators with an "
+                    "exact denoiser against exact values, `eval.mode = \"oracle\"`) or `input` (a user's file scored "
+                    "with a trained run, `eval.input`)", default="", init=False, text=Shown("title"))
+    process: dict = key("`name` (`masked`, `sedd`, `poisson`) and its settings. Network and input mode: masked "
+                        "`schedule`, `eps`, `objective`; SEDD `graph`, `score_param`, `lambda_sampling`, `lam_max`; "
+                        "Poisson `sampler` (the log-SNR law of the estimate), `proposal` (loc, scale, clip), "
+                        "`high_snr_guard`, `alpha_lo`, `alpha_top`, `recon_included`. Oracle mode: masked and SEDD "
+                        "`schedule`, `eps` (each row names its estimator); Poisson `sampler`, `proposal`, "
+                        "`se_method`, `channel_defensive`",
+                        text=row("process", lambda r: ", ".join(f"{k} {v}" for k, v in r["process"].items())))
+    units: dict = key("`item` (`sequence`, `example` or `row`), `nll` (e.g. `nats per sequence`); network and counts "
+                      "input mode add `bits` (`bits per character` / `bits per dimension`); network mode adds "
+                      "`tokens_per_item` (L or D, the divisor of `bits`)", text=Shown("title"))
+
+    def __post_init__(self):
+        self.kind = self.KIND
+
+
+@dataclasses.dataclass(kw_only=True)
+class Provenance(Schema):
+    """The last keys of every report: its figures and how it was made (:func:`common`)."""
+
+    plots: list = key("paths of the figures written with the report (may be empty). Network mode: the task's "
+                      "(Poisson: `samples.png`, generated samples) and `training_curves.png`: training loss (mean of "
+                      "each log window) and validation loss (EMA parameters) in `units.nll` and `units.bits` against "
+                      "step and wall-clock time (a resumed run's sessions joined, each resume a dotted line), drawn "
+                      "from `metrics.jsonl` again only when it changed. Oracle mode: `estimates.png`, each "
+                      "estimator's mean estimate minus the exact mean ± 2 SE per section, exact rows as squares. "
+                      "Input mode: `rows.png` (histogram of bits per character and NLL ± 2 SE per row; ratios: "
+                      "coupled and decoupled ± 2 SE per row and the SE ratio)",
+                      text=Lines(lambda r: [f"plot: {p}" for p in r["plots"]]))
+    experiment: str = key("the config's `experiment` name")
+    seed: int = key("the evaluation seed (`eval.seed`)")
+    wall_time_s: float = key("seconds from the start of the evaluation to the report", unit="s",
+                             text=row("wall time", lambda r: f"{r['wall_time_s']:.1f} s"))
+    env: dict = key("`jax`, `backend`, `devices`, `processes`, `python`, `time` of the run")
+    argv: list = key("the command line")
+    git: dict | None = key("`{\"revision\", \"dirty\"}` of the infodiff git checkout (null outside one)")
+    config: dict = key("the resolved config")
+
+
+def _network_se(r) -> str:
+    return (r["se_method"] + (" (exact: every term enumerated)" if r["exact"] else "")
+            + (f"; per-{r['units']['item']} SEs rest on fewer than {r['min_samples']} samples (flagged; the split "
+               "SE pools them)" if r["few_samples_per_item"] else ""))
+
+
+def _input_se(r) -> str:
+    return r["se_method"] + ("" if r["infinite_variance"] or not r["few_samples"] else
+                             f"; per-row SEs rest on fewer than {r['min_samples']} samples")
+
+
+@dataclasses.dataclass(kw_only=True)
+class SEFields(Schema):
+    """How the standard errors were computed (:func:`se_fields`)."""
+
+    se_method: str = key("how each item's SE is computed: a key of `likelihood.SE_METHODS` (`iid`: sample SD / √S; "
+                         "`strata_pairs`: samples 2h, 2h + 1 are two draws of stratum h, SE = "
+                         "sqrt(Σ_h (f_2h − f_2h+1)²)/S, the Poisson default, docs/poisson.md §3.5; `exact`: SE 0)")
+    se_note: str = key("what `se_method` means, with the Student-t scaling of every SE "
+                       "(docs/discrete_diffusion.md §6.10)")
+    exact: bool = key("true when nothing was left to Monte Carlo (e.g. `neyman` enumerated every mask subset): "
+                      "SE 0", text=Shown("se_method"))
+    min_samples: int = key("the fewest samples at which the estimator's per-item SE was measured to be calibrated "
+                           "(`tests/test_calibration.py`)", text=Shown("se_method"))
+
+
+@dataclasses.dataclass(kw_only=True)
+class PerRowSE(SEFields):
+    """:class:`SEFields` of rows (an oracle row, an input report's rows)."""
+
+    few_samples: bool = key("whether this run used fewer than `min_samples` samples (the per-item SEs are flagged)",
+                            text=Shown("se_method"))
+
+
+# -- network ---------------------------------------------------------------------------------------
+def _data_row(r) -> str:
     d, u = r["data"], r["units"]
-    rows = [
-        ["process", ", ".join(f"{k} {v}" for k, v in r["process"].items())],
-        ["estimator", r["estimator"] + (" (INFINITE VARIANCE: SE unreliable)" if r["infinite_variance"] else "")],
-        ["checkpoint", f"step {r['checkpoint_step']} ({r['params']} params)"],
-        ["data", f"{d['name']} / {d['split']}: {d['num_items']} of {d['total_items']} {u['item']}s"
-                 + (f" x {d['item_size']}" if d.get("item_size") else "")],
-        ["MC samples / " + u["item"], r["num_samples_per_item"]],
-        ["forward passes", r["forward_passes"]],
-        [f"NLL ({u['nll']})", f"{r['nll']:.4f} ± {r['nll_stderr']:.4f}  [{r['stderr_kind']}]"],
-        [u["bits"], f"{r['bits']:.5f} ± {r['bits_stderr']:.5f}"],
-        ["terms (nats)", _fmt_terms(r["terms"])],
-        ["SE: mc / data+mc", f"{r['stderr_mc']:.4f} / {r['stderr_data_and_mc']:.4f}"],
-        ["SE method", r["se_method"] + (" (exact: every term enumerated)" if r["exact"] else "")
-         + (f"; per-{u['item']} SEs rest on fewer than {r['min_samples']} samples (flagged; the split SE "
-            "pools them)" if r["few_samples_per_item"] else "")],
-    ]
-    for k, v in r.get("extras", {}).items():
-        if isinstance(v, (int, float, str)):
-            rows.append([k.replace("_", " "), f"{v:.5g}" if isinstance(v, float) else v])
-    rows.append(["wall time", f"{r['wall_time_s']:.1f} s"])
-    out = "infodiff likelihood report\n" + table(["quantity", "value"], rows)
-    if r.get("samples") and isinstance(r["samples"][0], str):
-        out += (f"\n\nsamples ({r['sampler']}, {r['sample_steps']} steps):\n"
-                + "\n".join(f"  | {s}" for s in r["samples"]))
-    for p in r.get("plots", []):
-        out += f"\nplot: {p}"
-    for n in r.get("plot_notes", []):
-        out += f"\nnote: {n}"
-    for w in r.get("warnings", []):
-        out += f"\nWARNING: {w}"
-    return out
+    return (f"{d['name']} / {d['split']}: {d['num_items']} of {d['total_items']} {u['item']}s"
+            + (f" x {d['item_size']}" if d.get("item_size") else ""))
 
 
-def _fmt_opt(v, spec: str) -> str:
-    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
+def _samples_lines(r) -> list[str]:
+    if not (r["samples"] and isinstance(r["samples"][0], str)):
+        return []
+    return ["", f"samples ({r['sampler']}, {r['sample_steps']} steps):", *(f"  | {s}" for s in r["samples"])]
+
+
+def _notes(prefix: str, name: str) -> Lines:
+    """Lines ``prefix: item`` for each item of the list field ``name``."""
+    return Lines(lambda r: [f"{prefix}: {n}" for n in r[name]])
+
+
+_plot_notes_doc = ("why a figure was not drawn (e.g. `training_curves.png not drawn: W/metrics.jsonl has no "
+                   "validation records ...`: no `metrics.jsonl`, no validation record, an unwritable workdir); the "
+                   "evaluation is not affected. Empty otherwise")
+_estimator_text = row("estimator", lambda r: r["estimator"] + (
+    " (INFINITE VARIANCE: SE unreliable)" if r["infinite_variance"] else ""))
+
+
+@dataclasses.dataclass(kw_only=True)
+class NetworkReport(Provenance, SEFields, Head):
+    """A trained run evaluated on a split (``eval.mode = "network"``, ``run.evaluate_network``);
+    the standard-error convention is docs/report.md's."""
+
+    KIND: ClassVar[str] = "network"
+    TITLE: ClassVar[str] = "infodiff likelihood report"
+    TEXT: ClassVar[dict] = {"se_method": row("SE method", _network_se)}
+    workdir: str = key("the run's directory")
+    checkpoint_step: int = key("the step of the checkpoint evaluated",
+                               text=row("checkpoint", lambda r: f"step {r['checkpoint_step']} ({r['params']} params)"))
+    params: str = key("`ema` or `raw` parameters (`eval.use_ema`)", text=Shown("checkpoint_step"))
+    data: dict = key("`name`, `split`, `checksum` (sha256 of the split), `item_size` (L or D), `num_items` evaluated, "
+                     "`total_items` in the split; text adds `unigram_entropy_bits_per_char` of the training split, "
+                     "counts add `event_shape`, `max_count`, `scaling`", text=row("data", _data_row))
+    estimator: str = key("the estimator's name (`k_dce`, `imdse_absorb:defensive`, `poisson_logistic`, ...)",
+                         text=_estimator_text)
+    infinite_variance: bool = key("true when the estimator's variance is infinite and the SE is not trustworthy",
+                                  text=Shown("estimator"))
+    num_samples_per_item: int = key("Monte Carlo samples per item", text=row(
+        lambda r: "MC samples / " + r["units"]["item"], lambda r: r["num_samples_per_item"]))
+    forward_passes: int = key("total denoiser evaluations", text=row("forward passes", lambda r: r["forward_passes"]))
+    nll: float = key("mean over items of −log p(item)", unit="units.nll", text=row(
+        lambda r: f"NLL ({r['units']['nll']})",
+        lambda r: f"{r['nll']:.4f} ± {r['nll_stderr']:.4f}  [{r['stderr_kind']}]"))
+    nll_stderr: float = key("the standard error of `nll` (one standard-error convention, below)", unit="units.nll",
+                            text=Shown("nll"))
+    stderr_kind: str = key("which standard error `nll_stderr` is (`mc ...`: a whole split; `data+mc ...`: a subset)",
+                           text=Shown("nll"))
+    bits: float = key("`nll` / (`units.tokens_per_item` · ln 2)", unit="units.bits",
+                      text=row(lambda r: r["units"]["bits"], lambda r: f"{r['bits']:.5f} ± {r['bits_stderr']:.5f}"))
+    bits_stderr: float = key("`nll_stderr` / (`units.tokens_per_item` · ln 2)", unit="units.bits", text=Shown("bits"))
+    terms: dict = key("`diffusion` (the Monte Carlo integral), `prior`, `recon` (exact terms; 0 where the process has "
+                      "none) and `total` (= `nll`), mean over items", unit="nats",
+                      text=row("terms (nats)", lambda r: ", ".join(
+                          f"{k} {v:.6g}" for k, v in r["terms"].items() if k != "total")))
+    stderr_mc: float = key("the Monte Carlo standard error, always reported", unit="units.nll", text=row(
+        "SE: mc / data+mc", lambda r: f"{r['stderr_mc']:.4f} / {r['stderr_data_and_mc']:.4f}"))
+    stderr_data_and_mc: float = key("the data + Monte Carlo standard error, always reported", unit="units.nll",
+                                    text=Shown("stderr_mc"))
+    per_sample_std: float = key("root mean square over items of the standard deviation of one Monte Carlo sample",
+                                unit="units.nll")
+    few_samples_per_item: bool = key("whether this run used fewer than `min_samples` samples per item (the split SE "
+                                     "pools the items and stays valid)", text=Shown("se_method"))
+    nll_wall_time_s: float = key("seconds spent in the Monte Carlo estimate", unit="s")
+    extras: dict = key("process- and data-specific numbers, e.g. for synthetic counts "
+                       "`exact_entropy_nats_per_example`, `gap_paired_nats` ± `gap_paired_stderr` (model NLL − exact "
+                       "−log p on the same items), `wasserstein1` and its `w1_noise_floor`",
+                       text=Rows(lambda r: [(k.replace("_", " "), f"{v:.5g}" if isinstance(v, float) else v)
+                                            for k, v in r["extras"].items() if isinstance(v, (int, float, str))]))
+    uniform_nll: float | None = key("the NLL of the uniform distribution over the data's support (text: `L ln V`; "
+                                    "counts: `D ln(K + 1)`)", unit="units.nll")
+    samples: list = key("`eval.num_generate` generated items (text: strings; counts: the first 16 arrays)",
+                        text=Lines(_samples_lines))
+    sampler: str | None = key("the generator that made `samples` (not the log-SNR law of `process.sampler`)",
+                              text=Shown("samples"))
+    sample_steps: int = key("the generator's steps", text=Shown("samples"))
+    plot_notes: list = key(_plot_notes_doc, text=_notes("note", "plot_notes"))
+    warnings: list = key("printed as `WARNING:` lines: an NLL or SE that is not finite, an NLL more than 1.96 SE "
+                         "above `uniform_nll` or more than 10x it whatever the SE (under-trained, diverged, or a broken "
+                         "checkpoint). Empty otherwise",
+                         text=_notes("WARNING", "warnings"))
+
+
+# -- oracle ----------------------------------------------------------------------------------------
+@dataclasses.dataclass(kw_only=True)
+class SECalibration(Schema):
+    """Whether the exact values refute an oracle row's SEs (:func:`se_calibration`)."""
+
+    miscalibrated: bool = key("true when a test below rejects at `threshold_p`")
+    direction: str | None = key("`too_small`, `too_large` or null")
+    why: str | None = key("one sentence, or null")
+    items: int = key("items with SE > 0 (the coverage test's)")
+    misses_95: int | None = key("items outside ±1.96 SE")
+    expected_misses_95: float = key("0.05 × `items`")
+    coverage_p_value: float | None = key("two-sided binomial test of `misses_95` against Binomial(items, 0.05)")
+    bias_p_value: float | None = key("two-sided, of the row's `bias_z` against N(0, 1)")
+    threshold_p: float = key("1e-6: about 5 sigma, so a calibrated estimator is flagged by chance about once in "
+                             "25,000 reports of 20 rows")
+
+
+@dataclasses.dataclass(kw_only=True)
+class OracleRow(PerRowSE):
+    """One estimator against the exact values (:func:`oracle_row`); values in nats per item,
+    response or ratio."""
+
+    estimator: str = key("the estimator's name (`t_dce`, `imdse_absorb:defensive`, ...)")
+    mean_estimate: float = key("mean over items of the estimate", unit="nats")
+    mean_exact: float = key("mean over items of the exact value", unit="nats")
+    bias: float = key("`mean_estimate` − `mean_exact`", unit="nats")
+    bias_stderr: float = key("the Monte Carlo SE of `bias`", unit="nats")
+    bias_z: float | None = key("`bias` / `bias_stderr` (null when the SE is 0)")
+    max_abs_z_per_sequence: float | None = key("the largest |estimate − exact| / SE over items (null when an SE is 0)")
+    coverage_95: float | None = key("fraction of items with |estimate − exact| ≤ 1.96 SE: 0.95 when calibrated (null "
+                                    "when an SE is 0)")
+    mean_z2: float | None = key("mean of ((estimate − exact)/SE)²: ≈ 1 when calibrated (null when an SE is 0)")
+    se_calibration: dict = key("whether the exact values refute the SEs (a row marked `(SE MISCALIBRATED)` in "
+                               "report.txt, with a `warning:` line): the keys of the table `se_calibration`",
+                               rows=lambda v: [(SECalibration, v)])
+    per_sample_std: float = key("sqrt(`per_sample_variance`)", unit="nats")
+    per_sample_variance: float = key("S × SE² (unscaled) averaged over items: the variance per draw as the SE method "
+                                     "measures it (strata: without the spread between strata)", unit="nats²")
+    variance_per_forward_pass: float = key("`per_sample_variance` × forward passes per sample: the variance at a "
+                                           "budget of one pass, the fair comparison", unit="nats²")
+    stderr_at_1024_forward_passes: float = key("the SE per item at 1024 forward passes", unit="nats")
+    terms: dict = key("`diffusion`, `prior`, `recon`, `total`, mean over items", unit="nats")
+    num_samples: int = key("Monte Carlo samples per item")
+    forward_passes: int = key("denoiser evaluations per item")
+    infinite_variance: bool = key("true when the estimator's variance is infinite and its SE is not trustworthy")
+
+
+@dataclasses.dataclass(kw_only=True)
+class RatioPair(Schema):
+    """One estimator's log-ratio rows, coupled and decoupled."""
+
+    coupled: dict = key("an oracle row: shared noise for y and y' (Eq. 18)", rows=lambda v: [(OracleRow, v)])
+    decoupled: dict = key("an oracle row: independent noise", rows=lambda v: [(OracleRow, v)])
+    estimator: str = key("the estimator's name")
+    variance_ratio_decoupled_over_coupled: float | None = key("per-sample variance decoupled / coupled (null when "
+                                                              "both are 0)")
+
+
+@dataclasses.dataclass(kw_only=True)
+class SamplerCheck(Schema):
+    """Generated samples against the true law (an oracle case's ``samplers()``)."""
+
+    steps: list = key("the step counts checked")
+    tv: dict = key("{sampler: total variation to the true law per step count}")
+    w1: dict = key("counts: {sampler: Wasserstein-1 distance per step count}", required=False)
+    num_generate: int = key("samples per check")
+    tv_of_exact_sample: float = key("the TV of an exact sample of that size (the Monte Carlo floor)")
+
+
+@dataclasses.dataclass(kw_only=True)
+class OracleResults(Schema):
+    """An oracle report's ``results``: rows per quantity."""
+
+    unconditional: list = key("one row per estimator for −log p(x)", rows=_each(OracleRow))
+    conditional: list = key("one row per estimator for −log p(y | x) (empty without a prompt)", rows=_each(OracleRow))
+    ratio: list = key("per estimator: log p(y | x) − log p(y' | x), y' ~ p(· | x)", rows=_each(RatioPair))
+    samplers: list = key("per check", rows=_each(SamplerCheck))
 
 
 def _rows_table(items) -> str:
@@ -275,101 +558,285 @@ def _rows_table(items) -> str:
              f"{x['mean_estimate']:.4f}", f"{x['mean_exact']:.4f}",
              f"{x['bias']:+.4f} ± {x['bias_stderr']:.4f}", _fmt_opt(x["bias_z"], "+.2f"),
              f"{x['per_sample_std']:.3f}", f"{x['variance_per_forward_pass']:.3f}",
-             f"{x['stderr_at_1024_forward_passes']:.4f}", x.get("se_method", "iid"),
-             _fmt_opt(x.get("coverage_95"), ".3f"), _fmt_opt(x.get("mean_z2"), ".2f")] for x in items]
+             f"{x['stderr_at_1024_forward_passes']:.4f}", x["se_method"],
+             _fmt_opt(x["coverage_95"], ".3f"), _fmt_opt(x["mean_z2"], ".2f")] for x in items]
     return table(headers, rows) + "".join(f"\nwarning: {x['estimator']}: SE miscalibrated: {x['se_calibration']['why']}"
                                           for x in flagged)
 
 
-def _format_oracle(r: dict) -> str:
-    u = r["units"]
-    parts = [f"infodiff oracle report ({r['process']['name']}): {r['oracle']}, "
-             f"{r['num_items']} {u['item']}s" + (f" of length {r['item_size']}" if r.get("item_size") else "")
-             + (f", prompt {r['prompt_len']}" if r.get("prompt_len") else "")]
-    res = r["results"]
-    parts.append(f"\n-log p(x), {u['nll']}\n" + _rows_table(res["unconditional"]))
-    if res.get("conditional"):
-        parts.append("\n-log p(y | x), nats per response\n" + _rows_table(res["conditional"]))
-    if res.get("ratio"):
-        items = []
-        for pair in res["ratio"]:
-            for kind in ("coupled", "decoupled"):
-                items.append(dict(pair[kind], estimator=f"{pair['estimator']}:{kind}"))
-        parts.append("\nlog p(y | x) - log p(y' | x), nats\n" + _rows_table(items))
-        parts.append("variance ratio decoupled / coupled: " + ", ".join(
-            f"{p['estimator']} {p['variance_ratio_decoupled_over_coupled']:.1f}x" for p in res["ratio"]))
-    for s in res.get("samplers", []):
-        cols = list(s["steps"])
+def _fmt_opt(v, spec: str) -> str:
+    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
+
+
+def _results_lines(r) -> list[str]:
+    u, res = r["units"], r["results"]
+    parts = ["", f"-log p(x), {u['nll']}", _rows_table(res["unconditional"])]
+    if res["conditional"]:
+        parts += ["", "-log p(y | x), nats per response", _rows_table(res["conditional"])]
+    if res["ratio"]:
+        items = [dict(pair[kind], estimator=f"{pair['estimator']}:{kind}")
+                 for pair in res["ratio"] for kind in ("coupled", "decoupled")]
+        parts += ["", "log p(y | x) - log p(y' | x), nats", _rows_table(items),
+                  "variance ratio decoupled / coupled: " + ", ".join(
+                      f"{p['estimator']} {p['variance_ratio_decoupled_over_coupled']:.1f}x" for p in res["ratio"])]
+    for s in res["samplers"]:
         rows = [[name, *[f"{v:.4f}" for v in vals]] for name, vals in s["tv"].items()]
-        parts.append(f"\nsampler total variation to the true law ({s['num_generate']} samples; an exact "
-                     f"sample of that size has TV {s['tv_of_exact_sample']:.4f}):\n"
-                     + table(["sampler", *[f"{c} steps" for c in cols]], rows))
-    for p in r.get("plots", []):
-        parts.append(f"plot: {p}")
-    parts.append(f"\nwall time {r['wall_time_s']:.1f} s")
-    return "\n".join(parts)
+        parts += ["", f"sampler total variation to the true law ({s['num_generate']} samples; an exact sample of "
+                      f"that size has TV {s['tv_of_exact_sample']:.4f}):",
+                  table(["sampler", *[f"{c} steps" for c in s["steps"]]], rows)]
+    return parts
 
 
-def _format_input(r: dict) -> str:
-    inp, s = r["input"], r["summary"]
-    rows = [["input", f"{inp['path']} ({inp['format']}, {inp['rows']} rows)"],
-            ["quantity", f"{r['quantity']}, {r['units']['nll']}"],
-            ["checkpoint", f"step {r['checkpoint_step']} ({r['params']} params), model length {r['model_length']}"],
-            ["estimator", f"{r['estimator']}, {r['num_samples_per_window']} samples per window"
-             + (" (INFINITE VARIANCE: SEs unreliable)" if r["infinite_variance"] else "")],
-            ["forward passes", r["forward_passes"]],
-            ["SE method", r["se_method"] + ("" if r["infinite_variance"] or not r["few_samples"] else
-                                           f"; per-row SEs rest on fewer than {r['min_samples']} samples")]]
-    if inp["format"] == "ratios":
-        rows += [["mean log-ratio", f"{s['mean_log_ratio']:+.4f} ± {s['mean_log_ratio_stderr']:.4f}"],
-                 ["resolved at 2 SE", f"{s['fraction_resolved_2se']:.0%} coupled, "
-                                      f"{s['fraction_resolved_2se_decoupled']:.0%} decoupled"],
-                 ["a more likely", f"{s['fraction_a_more_likely']:.0%} of rows"],
-                 ["SE decoupled / coupled", f"{s['se_ratio_decoupled_over_coupled_median']:.2f} (median)"]]
-    elif inp["format"] == "counts":
-        rows += [["total NLL (nats)", f"{s['total_nats']:.3f} ± {s['total_stderr']:.3f}"],
-                 ["bits per dimension", f"{s['bits_per_dim']:.4f} ± {s['bits_per_dim_stderr']:.4f} "
-                                        f"({s['dimensions']} dimensions)"]]
+@dataclasses.dataclass(kw_only=True)
+class OracleReport(Provenance, Head):
+    """Estimators with an exact denoiser against the exact values (``eval.mode = "oracle"``,
+    ``run.evaluate_oracle``); the oracle case's ``info`` adds the optional fields."""
+
+    KIND: ClassVar[str] = "oracle"
+    TITLE: ClassVar[str] = "infodiff oracle report"
+    oracle: str = key("the distribution (`tabular`, `markov`, or the synthetic count law's name)",
+                      text=row("oracle", lambda r: r["oracle"]))
+    num_items: int = key("items drawn from it", text=row("items", lambda r: (
+        f"{r['num_items']} {r['units']['item']}s" + (f" of length {r['item_size']}" if r["item_size"] else "")
+        + (f", prompt {r['prompt_len']}" if r["prompt_len"] else ""))))
+    item_size: int = key("their length (L or D)", text=Shown("num_items"))
+    prompt_len: int = key("the prompt length of the conditional and ratio rows (0: none)", text=Shown("num_items"))
+    results: dict = key("`unconditional`, `conditional`, `ratio`, `samplers`: the tables `OracleResults`, "
+                        "`OracleRow`, `RatioPair`, `SamplerCheck`", unit="nats",
+                        text=Lines(_results_lines), rows=lambda v: [(OracleResults, v)])
+    table: str = key("text oracles: the table file (a generated table is saved beside the report)", required=False)
+    alphabet: str = key("text oracles: the alphabet", required=False)
+    order: int | None = key("text oracles: the Markov order (null for a table)", required=False)
+    lam_max: float = key("SEDD: the end of the noise-level integral", required=False)
+    distribution: str = key("count oracles: the law (`file:<name>` for `data.path`)", required=False)
+    pmf_file: str | None = key("count oracles: the pmf file of `data.path`, else null", required=False)
+    dim: int = key("count oracles: dimensions per example", required=False)
+    support_size: int = key("count oracles: points of the law's support", required=False)
+    max_count: int = key("count oracles: the largest count", required=False)
+    truncated_mass: float = key("count oracles: probability left out by the truncation", required=False)
+    exact_entropy_nats: float = key("count oracles: the law's entropy", unit="nats", required=False)
+
+
+# -- input -----------------------------------------------------------------------------------------
+@dataclasses.dataclass(kw_only=True)
+class InputRow(Schema):
+    """One row of a user's file (rows.jsonl, rows.csv, an input report's ``rows_preview``)."""
+
+    id: str = key("the row's id (the line number, or the jsonl `id`)")
+    value: float = key("−log p of the row, or the coupled log-ratio (ratios)", unit="nats")
+    se: float = key("its standard error", unit="nats")
+    samples: int = key("Monte Carlo samples per window")
+    windows: int = key("windows of the model's length the row was cut into (not counts)", required=False)
+    forward_passes: int = key("denoiser evaluations for the row")
+    changed_chars: int = key("characters changed by the text8 cleaning (not counts)", required=False)
+    prompt_chars: int = key("pairs and ratios: the prompt's characters with its joining space", required=False)
+    context_chars: int = key("pairs and ratios: how many of them the first window saw (a and b see the same)",
+                             required=False)
+    chars: int = key("text and pairs: characters scored", required=False)
+    bits_per_char: float = key("text and pairs: `value` / (`chars` · ln 2)", unit="bits per character",
+                               required=False)
+    dims: int = key("counts: dimensions", required=False)
+    bits_per_dim: float = key("counts: `value` / (`dims` · ln 2)", unit="bits per dimension", required=False)
+    value_decoupled: float = key("ratios: the decoupled log-ratio", unit="nats", required=False)
+    se_decoupled: float = key("ratios: its standard error", unit="nats", required=False)
+    resolved_2se: bool = key("ratios: |value| > 2 `se`", required=False)
+
+
+def _input_summary_rows(r) -> list:
+    s, fmt = r["summary"], r["input"]["format"]
+    if fmt == "ratios":
+        return [("mean log-ratio", f"{s['mean_log_ratio']:+.4f} ± {s['mean_log_ratio_stderr']:.4f}"),
+                ("resolved at 2 SE", f"{s['fraction_resolved_2se']:.0%} coupled, "
+                                     f"{s['fraction_resolved_2se_decoupled']:.0%} decoupled"),
+                ("a more likely", f"{s['fraction_a_more_likely']:.0%} of rows"),
+                ("SE decoupled / coupled", f"{s['se_ratio_decoupled_over_coupled_median']:.2f} (median)")]
+    per = ("bits per dimension", "bits_per_dim", "dimensions") if fmt == "counts" else (
+        "bits per character", "bits_per_char", "characters")
+    return [("total NLL (nats)", f"{s['total_nats']:.3f} ± {s['total_stderr']:.3f}"),
+            (per[0], f"{s[per[1]]:.4f} ± {s[per[1] + '_stderr']:.4f} ({s[per[2]]} {per[2]})")]
+
+
+def _cleaning_row(r) -> str:
+    c = r["cleaning"]
+    return f"{c['rows_changed']} rows changed; characters: " + (", ".join(
+        f"{k!r} x{v}" for k, v in sorted(c["characters"].items(), key=lambda kv: -kv[1])[:12]) or "none")
+
+
+def _preview_lines(r) -> list[str]:
+    prev, fmt = r["rows_preview"], r["input"]["format"]
+    if not prev:
+        return []
+    if fmt == "counts":
+        hdr = ["row", "NLL (nats)", "SE", "bits/dim"]
+        body = [[p["id"], f"{p['value']:.3f}", f"{p['se']:.3f}", f"{p['bits_per_dim']:.4f}"] for p in prev]
+    elif fmt == "ratios":
+        hdr = ["id", "log-ratio", "SE", "SE decoupled", "resolved", "windows"]
+        body = [[p["id"], f"{p['value']:+.3f}", f"{p['se']:.3f}", f"{p['se_decoupled']:.3f}",
+                 "yes" if p["resolved_2se"] else "no", p["windows"]] for p in prev]
     else:
-        rows += [["total NLL (nats)", f"{s['total_nats']:.3f} ± {s['total_stderr']:.3f}"],
-                 ["bits per character", f"{s['bits_per_char']:.4f} ± {s['bits_per_char_stderr']:.4f} "
-                                        f"({s['characters']} characters)"]]
-    c = r.get("cleaning")
-    if c is not None:
-        rows.append(["cleaned (text8 rules)", f"{c['rows_changed']} rows changed; characters: "
-                     + (", ".join(f"{k!r} x{v}" for k, v in sorted(c["characters"].items(), key=lambda kv: -kv[1])[:12])
-                        or "none")])
-    rows.append(["wall time", f"{r['wall_time_s']:.1f} s"])
-    out = "infodiff input report\n" + table(["quantity", "value"], rows)
-    prev = r["rows_preview"]
-    if prev:
-        if inp["format"] == "counts":
-            hdr = ["row", "NLL (nats)", "SE", "bits/dim"]
-            body = [[p["id"], f"{p['value']:.3f}", f"{p['se']:.3f}", f"{p['bits_per_dim']:.4f}"] for p in prev]
-        elif inp["format"] == "ratios":
-            hdr = ["id", "log-ratio", "SE", "SE decoupled", "resolved", "windows"]
-            body = [[p["id"], f"{p['value']:+.3f}", f"{p['se']:.3f}", f"{p['se_decoupled']:.3f}",
-                     "yes" if p["resolved_2se"] else "no", p["windows"]] for p in prev]
-        else:
-            hdr = ["id", "NLL (nats)", "SE", "chars", "bits/char", "windows", "changed"]
-            body = [[p["id"], f"{p['value']:.3f}", f"{p['se']:.3f}", p["chars"], f"{p['bits_per_char']:.3f}",
-                     p["windows"], p["changed_chars"]] for p in prev]
-        out += f"\n\nfirst {len(prev)} of {inp['rows']} rows:\n" + table(hdr, body)
-    for n in r.get("notes", []):
-        out += f"\nnote: {n}"
-    for p in r.get("files", []):
-        out += f"\nfile: {p}"  # written with this report (after it is printed)
-    for n in r.get("plot_notes", []):
-        out += f"\nnote: {n}"
-    return out
+        hdr = ["id", "NLL (nats)", "SE", "chars", "bits/char", "windows", "changed"]
+        body = [[p["id"], f"{p['value']:.3f}", f"{p['se']:.3f}", p["chars"], f"{p['bits_per_char']:.3f}",
+                 p["windows"], p["changed_chars"]] for p in prev]
+    return ["", f"first {len(prev)} of {r['input']['rows']} rows:", table(hdr, body)]
+
+
+@dataclasses.dataclass(kw_only=True)
+class InputReport(Provenance, PerRowSE, Head):
+    """A user's file scored with a trained run (``eval.input``, docs/scoring.md); written to
+    ``W/scores/<file name>/`` with rows.jsonl, rows.csv and rows.png. SE fields per row."""
+
+    KIND: ClassVar[str] = "input"
+    TITLE: ClassVar[str] = "infodiff input report"
+    TEXT: ClassVar[dict] = {"se_method": row("SE method", _input_se), "plots": Shown("files")}
+    input: dict = key("`path`, `sha256`, `format` (`text`, `pairs`, `ratios`; a Poisson run's `counts`), `unit` "
+                      "(`eval.input_unit`), `rows`", text=row("input", lambda r: (
+                          f"{r['input']['path']} ({r['input']['format']}, {r['input']['rows']} rows)")))
+    quantity: str = key("`-log p(document)`, `-log p(response | prompt)`, the coupled `log p(a | prompt) - "
+                        "log p(b | prompt)` or `-log P(x)` (counts)",
+                        text=row("quantity", lambda r: f"{r['quantity']}, {r['units']['nll']}"))
+    workdir: str = key("the run's directory")
+    checkpoint_step: int = key("the step of the checkpoint used", text=row("checkpoint", lambda r: (
+        f"step {r['checkpoint_step']} ({r['params']} params), model length {r['model_length']}")))
+    params: str = key("`ema` or `raw` parameters (`eval.use_ema`)", text=Shown("checkpoint_step"))
+    model_length: int = key("the model's length L (D for counts)", text=Shown("checkpoint_step"))
+    estimator: str = key("the estimator (one pass per sample)", text=row("estimator", lambda r: (
+        f"{r['estimator']}, {r['num_samples_per_window']} samples per window"
+        + (" (INFINITE VARIANCE: SEs unreliable)" if r["infinite_variance"] else ""))))
+    infinite_variance: bool = key("true for lambda_dce: SEs unreliable", text=Shown("estimator"))
+    num_samples_per_window: int = key("Monte Carlo samples per window (`eval.input_samples`)", text=Shown("estimator"))
+    forward_passes: int = key("total denoiser evaluations", text=row("forward passes", lambda r: r["forward_passes"]))
+    summary: dict = key("counts: `total_nats`, `total_stderr`, `mean_nll_per_row`, `dimensions`, `bits_per_dim`, "
+                        "`bits_per_dim_stderr`; text and pairs: `total_nats`, `total_stderr`, `mean_nll_per_row`, "
+                        "`characters`, `bits_per_char`, `bits_per_char_stderr`; ratios: `mean_log_ratio` (± "
+                        "`mean_log_ratio_stderr`), `fraction_resolved_2se` (coupled and `_decoupled`), "
+                        "`fraction_a_more_likely`, `se_ratio_decoupled_over_coupled_median`; pairs and ratios: "
+                        "`rows_prompt_cut` (rows that saw only the end of their prompt), `rows_prompt_unseen` (saw "
+                        "none of it)", unit="nats", text=Rows(_input_summary_rows))
+    cleaning: dict = key("text runs: `rules`, `rows_changed`, `characters` ({character: count} outside a-z and "
+                         "space, changed by the text8 cleaning)", required=False,
+                         text=row("cleaned (text8 rules)", _cleaning_row))
+    target_se: float = key("with `eval.target_se` > 0 only: the target SE", unit="nats", required=False,
+                           text=row("target SE", lambda r: (
+                               f"{r['target_se']:.4g} nats, " + ("reached by every row" if r["target_se_reached"]
+                                                                 else "NOT reached by every row")
+                               + f" (at most {r['max_samples_per_window']} samples per window)")))
+    target_se_reached: bool = key("with `eval.target_se` > 0 only: whether every row reached it", required=False,
+                                  text=Shown("target_se"))
+    max_samples_per_window: int = key("with `eval.target_se` > 0 only: the bound `eval.input_max_samples`",
+                                      required=False, text=Shown("target_se"))
+    rows_preview: list = key("the first 10 rows of `rows.jsonl` (the table `InputRow`)", text=Lines(_preview_lines),
+                             rows=_each(InputRow))
+    notes: list = key("e.g. how many rows saw only part of their prompt (and which saw none), or a `target_se` not "
+                      "reached", required=False, text=_notes("note", "notes"))
+    files: list = key("the files written with the report (rows.jsonl, rows.csv, rows.png)",
+                      text=_notes("file", "files"))
+    plot_notes: list = key(_plot_notes_doc, required=False, text=_notes("note", "plot_notes"))
+
+
+KINDS = {s.KIND: s for s in (NetworkReport, OracleReport, InputReport)}
+
+
+def _names(schema, parts=(), required=True) -> tuple:
+    return tuple(f.name for f in schema.keys() if (f.metadata["required"] or not required)
+                 and not any(f.name in p.__dataclass_fields__ for p in parts))
+
+
+# The required keys (tests, readers): of every report, of each kind beyond those, of an oracle row.
+COMMON_KEYS = _names(Head) + _names(Provenance)
+NETWORK_KEYS = _names(NetworkReport, (Head, Provenance))
+ORACLE_KEYS = _names(OracleReport, (Head, Provenance))
+INPUT_KEYS = _names(InputReport, (Head, Provenance))
+ROW_KEYS = _names(OracleRow)
 
 
 def format_report(report: dict) -> str:
-    """Readable text of a report (what evaluate.py prints)."""
-    kind = report["kind"]
-    if kind == "input":
-        return _format_input(report)
-    return _format_network(report) if kind == "network" else _format_oracle(report)
+    """Readable text of a report (what evaluate.py prints, report.txt), from its kind's schema:
+    the title, a table of the fields shown as rows, the lines of the others (rows of an oracle
+    report, a preview of an input report's rows, notes, warnings), then the names of the fields
+    only report.json holds."""
+    schema = KINDS[report["kind"]]
+    rows, lines, only_json = [], [], []
+    for f in schema.keys():
+        if f.name not in report:
+            continue
+        how = schema.text(f)
+        if isinstance(how, Rows):
+            rows += [list(x) for x in how.render(report)]
+        elif isinstance(how, Lines):
+            lines += how.render(report)
+        elif how is None:
+            only_json.append(f.name)
+    out = [schema.TITLE, table(["quantity", "value"], rows), *lines]
+    return "\n".join(out + [f"also in report.json: {', '.join(only_json)}"] if only_json else out)
+
+
+def check_report(report: dict, schema=None, where: str = "") -> list[str]:
+    """What is wrong with ``report`` (a report dict, or a row with its ``schema``): keys its
+    schema does not declare, required fields missing, the same for the rows it holds (oracle
+    rows, input rows); [] when it conforms. Each problem is one line naming the key path."""
+    if schema is None:
+        schema = KINDS.get(report.get("kind"))
+        if schema is None:
+            return [f"kind {report.get('kind')!r} is not one of {sorted(KINDS)}"]
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    out = [f"{where}{k}: not a field of {schema.__name__}" for k in report if k not in fields]
+    out += [f"{where}{k}: required by {schema.__name__}, missing" for k, f in fields.items()
+            if f.metadata["required"] and k not in report]
+    for k, f in fields.items():
+        if k in report and f.metadata["rows"] is not None:
+            for i, (sub, item) in enumerate(f.metadata["rows"](report[k])):
+                out += check_report(item, sub, f"{where}{k}[{i}].")
+    return out
+
+
+# docs/report.md: each table between <!-- schema:NAME --> and <!-- /schema:NAME -->.
+DOC_TABLES = {"common": (Head, Provenance), "network": (NetworkReport,), "input": (InputReport,),
+              "input_row": (InputRow,), "oracle": (OracleReport,), "oracle_results": (OracleResults, RatioPair,
+                                                                                        SamplerCheck),
+              "oracle_row": (OracleRow,), "se_calibration": (SECalibration,)}
+
+
+def _doc_row(schema, f) -> str:
+    how = schema.text(f)
+    shown = f"with `{how.key}`" if isinstance(how, Shown) else {Rows: "row", Lines: "lines"}.get(type(how), "—")
+    doc = (f.metadata["doc"] or "").replace("|", "\\|")
+    return (f"| `{f.name}` | {'yes' if f.metadata['required'] else 'no'} | {f.metadata['unit'] or ''} | {shown} "
+            f"| {doc} |")
+
+
+def docs_tables() -> dict[str, str]:
+    """docs/report.md's key tables {marker name: markdown}, generated from the schema: per
+    field its key, whether it is required, its unit, how report.txt shows it and its meaning."""
+    out = {}
+    for name, schemas in DOC_TABLES.items():
+        lines = []
+        for s in schemas:
+            if len(schemas) > 1:
+                lines += [f"`{s.__name__}`: {s.__doc__.splitlines()[0]}", ""]
+            own = [f for f in s.keys() if name == "common" or not (
+                f.name in Head.__dataclass_fields__ or f.name in Provenance.__dataclass_fields__)]
+            lines += ["| key | required | unit | report.txt | meaning |", "|---|---|---|---|---|",
+                      *(_doc_row(s, f) for f in own), ""]
+        out[name] = "\n".join(lines).rstrip("\n")
+    return out
+
+
+def write_docs(path: str, check: bool = False) -> bool:
+    """Replace the key tables of docs/report.md (``path``) by :func:`docs_tables`; with
+    ``check`` only compare. Returns whether the file was (or would be) unchanged. Raises
+    ValueError naming a marker missing from the file."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    new = text
+    for name, body in docs_tables().items():
+        begin, end = f"<!-- schema:{name} -->", f"<!-- /schema:{name} -->"
+        i, j = new.find(begin), new.find(end)
+        if i < 0 or j < i:
+            raise ValueError(f"{path}: markers {begin} ... {end} not found; add them where the table goes")
+        new = new[:i + len(begin)] + "\n" + body + "\n" + new[j:]
+    if new != text and not check:
+        workdir_lib.atomic_write_bytes(path, new.encode("utf-8"))
+    return new == text
 
 
 def strict_json(obj):

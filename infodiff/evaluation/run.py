@@ -125,34 +125,29 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
     s = est.split_mean(subset)
     u = task.units
     per = u["tokens_per_item"] * LN2
-    rep = {
-        "version": report_lib.REPORT_VERSION, "kind": "network",
-        "process": task.process_info(process),
-        "workdir": os.path.abspath(workdir), "checkpoint_step": int(meta["step"]),
-        "params": "ema" if bool(ev.use_ema) else "raw",
-        "data": data_info, "units": u,
-        "estimator": est.estimator, "infinite_variance": bool(est.infinite_variance),
-        "se_method": est.se_method,
-        "num_samples_per_item": est.num_samples, "forward_passes": est.forward_passes * len(x),
-        "nll": s["mean"], "nll_stderr": s["stderr"], "stderr_kind": s["stderr_kind"],
-        "stderr_mc": s["stderr_mc"], "stderr_data_and_mc": s["stderr_data_and_mc"],
-        "bits": s["mean"] / per, "bits_stderr": s["stderr"] / per, "terms": s["terms"],
-        "per_sample_std": float(np.sqrt(np.mean(est.per_sample_std**2))),
-        "nll_wall_time_s": t_nll,
-    }
     se = report_lib.se_fields(est)
-    rep.update(se_method=se["se_method"], se_note=se["se_note"], exact=se["exact"], min_samples=se["min_samples"],
-               few_samples_per_item=se["few_samples"])
-    rep.update(uniform_nll=task.uniform_nll, warnings=report_lib.worse_than_uniform(rep["nll"], rep["nll_stderr"],
-                                                                                 task.uniform_nll, u["nll"]))
     gen = task.generate(den, sample_key)
-    rep.update(samples=gen.get("samples", []), sampler=gen.get("sampler"), sample_steps=gen.get("sample_steps", 0))
     extras, figures = task.eval_extras(est, x, gen)
     plots = _draw(figures, workdir)
     curves, notes = _training_curves(task, workdir)
-    rep["extras"], rep["plots"], rep["plot_notes"] = extras, plots + curves, notes
-    rep.update(report_lib.common(config, int(ev.seed), t0))
-    return rep
+    return report_lib.NetworkReport(
+        process=task.process_info(process), units=u,
+        workdir=os.path.abspath(workdir), checkpoint_step=int(meta["step"]),
+        params="ema" if bool(ev.use_ema) else "raw", data=data_info,
+        estimator=est.estimator, infinite_variance=bool(est.infinite_variance),
+        num_samples_per_item=est.num_samples, forward_passes=est.forward_passes * len(x),
+        nll=s["mean"], nll_stderr=s["stderr"], stderr_kind=s["stderr_kind"],
+        stderr_mc=s["stderr_mc"], stderr_data_and_mc=s["stderr_data_and_mc"],
+        bits=s["mean"] / per, bits_stderr=s["stderr"] / per, terms=s["terms"],
+        per_sample_std=float(np.sqrt(np.mean(est.per_sample_std**2))),
+        nll_wall_time_s=t_nll,
+        se_method=se["se_method"], se_note=se["se_note"], exact=se["exact"], min_samples=se["min_samples"],
+        few_samples_per_item=se["few_samples"],
+        uniform_nll=task.uniform_nll,
+        warnings=report_lib.worse_than_uniform(s["mean"], s["stderr"], task.uniform_nll, u["nll"]),
+        samples=gen.get("samples", []), sampler=gen.get("sampler"), sample_steps=gen.get("sample_steps", 0),
+        extras=extras, plots=plots + curves, plot_notes=notes,
+        **report_lib.common(config, int(ev.seed), t0)).to_dict()
 
 
 def evaluate_oracle(config: ml_collections.ConfigDict) -> dict:
@@ -190,13 +185,13 @@ def evaluate_oracle(config: ml_collections.ConfigDict) -> dict:
                                        jax.random.fold_in(e.key, 2 + coupled), coupled=coupled,
                                        process=e.process, **kw)
                     pair["coupled" if coupled else "decoupled"] = report_lib.oracle_row(est, case.truth_r)
-                pair["estimator"] = e.process.estimator
                 vc, vd = pair["coupled"]["per_sample_variance"], pair["decoupled"]["per_sample_variance"]
                 # Undefined (NaN) when both are 0, e.g. a one-token response, where
                 # k_dce / time_free / stratified are exact.
-                pair["variance_ratio_decoupled_over_coupled"] = (
-                    vd / vc if vc > 0 else (float("inf") if vd > 0 else float("nan")))
-                results["ratio"].append(pair)
+                results["ratio"].append(report_lib.RatioPair(
+                    **pair, estimator=e.process.estimator,
+                    variance_ratio_decoupled_over_coupled=(
+                        vd / vc if vc > 0 else (float("inf") if vd > 0 else float("nan")))).to_dict())
     results["samplers"] = case.samplers()
     figures = case.plots(results, config.eval.output_dir)
     png = os.path.join(str(config.eval.output_dir) or ".", "estimates.png")
@@ -208,12 +203,10 @@ def evaluate_oracle(config: ml_collections.ConfigDict) -> dict:
             figures = [*figures, png]
     except OSError as e:
         warnings.warn(f"estimates.png not written: {e}")
-    rep = {"version": report_lib.REPORT_VERSION, "kind": "oracle", "process": case.process_info,
-           "units": case.units, "oracle": case.name, "num_items": int(x.shape[0]),
-           "item_size": int(x.shape[1]), "prompt_len": int(P), **case.info, "results": results,
-           "plots": figures}
-    rep.update(report_lib.common(config, int(ev.seed), t0))
-    return rep
+    return report_lib.OracleReport(
+        process=case.process_info, units=case.units, oracle=case.name, num_items=int(x.shape[0]),
+        item_size=int(x.shape[1]), prompt_len=int(P), **case.info, results=results, plots=figures,
+        **report_lib.common(config, int(ev.seed), t0)).to_dict()
 
 
 def evaluate(config: ml_collections.ConfigDict, workdir: str | None) -> tuple[dict, str]:
