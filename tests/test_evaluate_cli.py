@@ -80,6 +80,7 @@ def test_workdir_without_run_is_a_clear_error(tmp_path):
     assert r.returncode != 0 and "config.json not found" in r.stderr
 
 
+@pytest.mark.slow
 def test_oracle_cli_one_token_response_and_strict_json(tmp_path):
     out = tmp_path / "o"
     r = _run(["--config", "configs/oracle_markov.py", "--config.data.order=2",
@@ -143,6 +144,7 @@ def test_help_lists_the_config_keys_and_exits_0(script, args, key):
     assert key in r.stdout
 
 
+@pytest.mark.slow
 def test_sigint_in_evaluate_says_what_was_lost(tmp_path):
     """Ctrl-C during a long oracle evaluation: one line saying nothing was written, status 130,
     no report; log lines carry no absl prefix."""
@@ -204,6 +206,7 @@ def test_compilation_cache_directory_and_its_switches(monkeypatch, tmp_path, cap
     assert cli.compilation_cache_dir() is None
 
 
+@pytest.mark.slow
 def test_damaged_compilation_cache_entries_are_removed(tmp_path):
     import zlib
 
@@ -251,6 +254,7 @@ def test_damaged_compilation_cache_entries_are_removed(tmp_path):
     assert cli.remove_damaged_cache_entries(str(tmp_path)) == ["jit_new-6-cache"]
 
 
+@pytest.mark.slow
 def test_a_rerun_from_the_compilation_cache_gives_the_same_numbers(tmp_path):
     cache = tmp_path / "xla"
     args = ["--config", "configs/oracle_markov.py", "--config.data.order=2", "--config.eval.num_sequences=3",
@@ -334,6 +338,7 @@ def test_jax_cache_warnings_are_one_line(monkeypatch, capsys):
     assert others == ["something else"]  # other warnings as before
 
 
+@pytest.mark.slow
 def test_evaluation_split_over_cpu_devices_gives_the_one_device_numbers(tmp_path):
     from infodiff import cli
 

@@ -72,6 +72,7 @@ def _poisson():
         "eval.sample_steps": 10})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [_masked, _sedd, _poisson], ids=["masked", "sedd", "poisson"])
 def test_network_report_has_every_schema_key(make, tmp_path):
     cfg = make()

@@ -162,6 +162,7 @@ def test_t_dce_exact_boundaries_matter_and_are_unbiased(tabular):
     assert np.all((truth - interior) / se > 4), "interior-only t-DCE should miss the boundaries"
 
 
+@pytest.mark.slow
 def test_coupled_ratio_unbiased_and_lower_variance(markov4):
     rng = np.random.default_rng(13)
     x = markov4.sample(rng, N_SEQ, length=20)
@@ -182,6 +183,7 @@ def test_coupled_ratio_unbiased_and_lower_variance(markov4):
         c.per_sample_std, d.per_sample_std)
 
 
+@pytest.mark.slow
 def test_stratified_has_much_lower_variance_per_forward_pass(tabular, markov4):
     """Our stratified-m estimator vs the time-free estimator (I-MDCE Thm 4.1), exact oracles."""
     x = tabular.sample(np.random.default_rng(20), 8)

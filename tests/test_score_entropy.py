@@ -259,6 +259,7 @@ def _tv_table(orc, graph, method, steps_list, n=5000):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("graph,method", [("absorb", "tweedie"), ("uniform", "tweedie"),
                                           ("uniform", "euler")])
 def test_sampler_tv_decreases_with_steps(graph, method):

@@ -161,6 +161,7 @@ def _write(path, lines):
     return path
 
 
+@pytest.mark.slow
 def test_api_scores_strings(run_dir):
     import infodiff
 
@@ -180,6 +181,7 @@ def test_api_scores_strings(run_dir):
     assert r.stderr[1] < d.stderr[1]  # one substituted word: coupling helps
 
 
+@pytest.mark.slow
 def test_api_user_errors(run_dir):
     import infodiff
 
@@ -201,6 +203,7 @@ def _cli(args, **kw):
                           cwd=REPO, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"}, **kw)
 
 
+@pytest.mark.slow
 def test_cli_pairs_match_the_api(run_dir, tmp_path):
     import infodiff
 
@@ -222,6 +225,7 @@ def test_cli_pairs_match_the_api(run_dir, tmp_path):
     assert "bits per character" in r.stdout
 
 
+@pytest.mark.slow
 def test_text_and_ratio_files(run_dir, tmp_path):
     from ml_collections import ConfigDict
 
@@ -245,6 +249,7 @@ def test_text_and_ratio_files(run_dir, tmp_path):
     assert {"value_decoupled", "se_decoupled", "resolved_2se"} <= set(rep["rows_preview"][0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lines, match", [
     (['{"prompt": "a", "response": "b"}', "not json"], r"bad\.jsonl:2: not valid JSON"),
     (['{"prompt": "a", "response": "b"}', '{"prompt": "a", "a": "b", "b": "c"}'], r"bad\.jsonl:2: a ratios line"),
@@ -305,6 +310,7 @@ def test_a_text_empty_after_cleaning_names_its_file_and_line(tmp_path, name, bod
     assert str(e.value).startswith(f"{f}:") and "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_lines_split_at_newlines_only_and_bom_accepted(run_dir, tmp_path):
     from ml_collections import ConfigDict
 
@@ -328,6 +334,7 @@ def test_lines_split_at_newlines_only_and_bom_accepted(run_dir, tmp_path):
         evaluation.evaluate(cfg, str(run_dir))
 
 
+@pytest.mark.slow
 def test_ratio_rows_share_the_prompt_context(run_dir):
     import infodiff
 
@@ -345,6 +352,7 @@ def test_ratio_rows_share_the_prompt_context(run_dir):
         run.nll([])
 
 
+@pytest.mark.slow
 def test_target_se_adds_rounds_until_every_row_reaches_it(run_dir, tmp_path):
     import infodiff
     from ml_collections import ConfigDict
@@ -368,6 +376,7 @@ def test_target_se_adds_rounds_until_every_row_reaches_it(run_dir, tmp_path):
     assert any("target_se" in n for n in rep["notes"])
 
 
+@pytest.mark.slow
 def test_cli_missing_input_is_one_line(run_dir):
     r = _cli(["--workdir", str(run_dir), "--config.eval.input=/nope/x.txt"])
     assert r.returncode == 1
@@ -391,6 +400,7 @@ def poisson_run(tmp_path_factory):
     return d, c
 
 
+@pytest.mark.slow
 def test_poisson_counts_file(poisson_run, tmp_path):
     from infodiff import evaluation
 

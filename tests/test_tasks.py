@@ -100,6 +100,7 @@ def test_compute_dtype_float16_only_on_request():
     assert tasks.make_task(cfg).model.attention == "dot_product"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["masked", "sedd"])
 def test_bfloat16_training_loss_is_float32(name):
     """With dtype='bfloat16' the task's loss, per-example losses, metrics and gradients are
