@@ -10,6 +10,11 @@ from tests._source import parse_source
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MODULES = sorted((ROOT / "tests").glob("test_*.py"))
+# Modules whose every test is slow, and where the fast tier covers what they check.
+ALL_SLOW = {
+    "test_poisson_calibration.py": "SE calibration over 1640 oracle cases; test_poisson.py holds the estimator to 4 SE",
+    "test_trained_model_estimators.py": "trains a model; test_processes.py runs every estimator against exact values",
+}
 
 
 def _marks_slow(expr: ast.expr) -> bool:
@@ -48,7 +53,9 @@ def test_every_test_module_keeps_a_fast_test():
     assert len(MODULES) > 30
     all_slow = [path.name for path in MODULES
                 if (tests := _module_tests(parse_source(path))) and all(slow for _, slow in tests)]
-    assert not all_slow, f"every test of {all_slow} is marked slow: keep a fast one for pytest -m 'not slow'"
+    assert sorted(all_slow) == sorted(ALL_SLOW), (
+        f"modules with every test marked slow: {all_slow}; keep a fast one for pytest -m 'not slow' "
+        f"or say in ALL_SLOW what covers them")
 
 
 def test_the_slow_mark_is_seen_wherever_it_is_written():
