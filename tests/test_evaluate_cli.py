@@ -20,6 +20,7 @@ def _run(args, cwd=REPO):
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_oracle_tabular_cli_from_file(tmp_path):
     tab = oracles.random_tabular(np.random.default_rng(0), "ACGT", 5, 40)
     path = tmp_path / "table.json"
@@ -51,6 +52,7 @@ def test_oracle_tabular_cli_from_file(tmp_path):
             assert unbiased(pair[kind]), pair
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "content, message",
     [
@@ -97,6 +99,7 @@ def test_oracle_cli_one_token_response_and_strict_json(tmp_path):
     assert abs(kd["bias"]) < 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -164,6 +164,7 @@ def test_paper_override_sets():
         exp_dna128.get_config("papr")
 
 
+@pytest.mark.slow
 def test_temperature_override_with_a_table_is_refused(tmp_path):
     """A chain read from a file has no temperature: overriding it is an unread key, refused in one
     line before any work."""

@@ -151,6 +151,7 @@ KINDS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_bit_flip_in_each_file_kind_is_detected_and_skipped(wd, kind):
     step15 = wd / "checkpoints" / "15"
@@ -180,6 +181,7 @@ def test_bit_flip_resume_uses_previous_and_matches_uninterrupted(wd, corpus, ref
     assert (kept / rel).exists() and steps_in(wd) == [5, 10, 15, 20]
 
 
+@pytest.mark.slow
 def test_unsealed_checkpoint_is_still_verified(wd):
     """Killed before the file checksums were written: the state and metadata checksums in the
     checkpoint still catch a flipped bit."""

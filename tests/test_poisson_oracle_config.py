@@ -22,6 +22,7 @@ def _small(c, tmp_path):
     return c
 
 
+@pytest.mark.slow
 def test_report_uses_the_pmf_file(tmp_path):
     from configs import oracle_poisson
 
@@ -80,6 +81,7 @@ def _run(args):
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["data.pth=x.json", "data.num_train=10", "train.num_steps=3",
                                  "eval.use_ema=False"])
 def test_unread_or_misspelt_key_is_an_error(tmp_path, key):

@@ -65,6 +65,7 @@ def _restore(cfg, workdir, data=None):
     return training.load_checkpoint(str(workdir), tasks.make_task(cfg, data=data))
 
 
+@pytest.mark.slow
 def test_untrained_prior_init_nll_matches_independent_entropy(tmp_path):
     """With init_prior and zero output layer, step 0's denoiser is the EXACT posterior mean of the
     training marginals, so the estimated NLL equals the exact cross-entropy within 4 SE."""

@@ -75,6 +75,7 @@ def test_conditional_rows_match_the_exact_chain_rule(chain):
     np.testing.assert_array_equal(rows.info["windows_per_row"], [1, 1, 1, 1, 1, 5, 1, 3, 1])
 
 
+@pytest.mark.slow
 def test_documents_are_sums_of_independent_windows(chain):
     rng = np.random.default_rng(1)
     docs = [chain.sample(rng, 1, length=n)[0] for n in (5, 12, 30)]
@@ -86,6 +87,7 @@ def test_documents_are_sums_of_independent_windows(chain):
     assert np.all(np.abs(_z(rows, truth)) < Z_MAX), (rows.mean, truth)
 
 
+@pytest.mark.slow
 def test_coupled_ratio_of_unequal_lengths_is_unbiased_and_coupled(chain):
     rng = np.random.default_rng(2)
     ctx, a, b = [], [], []

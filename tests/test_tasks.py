@@ -72,6 +72,7 @@ def test_oracle_config_is_not_a_training_config():
         tasks.make_task(oracle_tabular.get_config())
 
 
+@pytest.mark.slow
 def test_compute_dtype_float16_only_on_request():
     """config.model.dtype: float32 / bfloat16; float16 refused in one line unless
     config.model.allow_float16; anything else refused; likewise an unknown attention."""
