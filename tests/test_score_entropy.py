@@ -73,6 +73,7 @@ def test_imdse_absorb_prior_is_exact_and_batch_independent(tab):
     np.testing.assert_allclose(a.prior, want, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_imdse_conditional_absorb(markov):
     rng = np.random.default_rng(4)
     x = markov.sample(rng, 6, length=12)
@@ -131,6 +132,7 @@ def _exact_ratio_log(graph, x0, z, lam, V):
     return np.log(num / den)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("graph", GRAPHS)
 def test_dse_nonnegative_and_zero_at_exact_ratio(graph):
     V = 5
