@@ -6,8 +6,8 @@ scaled SE the library reports, at small and large sample counts (prints, asserts
 400 sequences of a random tabular law (ACGT, length 6, 64 sequences, temperature 0.5), each with
 its own noise; for each estimator and S: coverage of +-1.96 SE and mean z^2 with the plain SE
 (``Estimate.stderr_raw``) and with the reported one (``Estimate.stderr``), and the mean excess
-kurtosis of the per-sample values. The "before" numbers of RESULTS.md (calibration section) come
-from this script; the tested property is tests/test_calibration.py.
+kurtosis of the per-sample values. The plain-SE numbers of RESULTS.md ("Calibration of the
+standard errors") come from this script; the tested property is tests/test_calibration.py.
 """
 
 import os

@@ -98,6 +98,7 @@ EVERY_VARIANTS = {"masked_t_dce": ("masked_text", {"process.objective": "t_dce",
 VARIANT_NAMES = list(VARIANTS) + (list(EVERY_VARIANTS) if os.environ.get("INFODIFF_ALL_CONFIGS") else [])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CONFIGS + VARIANT_NAMES)
 def test_every_key_is_read_or_declared_unread(name, tmp_path):
     c, unread = _unread_after_a_run(name, tmp_path)
@@ -172,6 +173,7 @@ def test_finite_T_needs_t_dce():
     tasks.make_task(c)
 
 
+@pytest.mark.slow
 def test_cli_refuses_an_unread_override_in_one_line(tmp_path):
     r = subprocess.run([sys.executable, str(REPO / "evaluate.py"), "--config", str(REPO / "configs/oracle_poisson.py"),
                         "--config.eval.loc=0.5", f"--config.eval.output_dir={tmp_path}"],

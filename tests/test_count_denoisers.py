@@ -18,6 +18,7 @@ def _init(model, D, seed=0):
     return init(jax.random.key(seed))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch,shape,kw,head", [
     ("mlp", (2,), dict(hidden=16), "categorical"),
     ("mlp", (2,), dict(hidden=16), "sigmoid"),
@@ -90,6 +91,7 @@ def test_snr_embedding_and_errors():
         model.init(jax.random.key(0), jnp.zeros((1, 15)), jnp.zeros((1,)))
 
 
+@pytest.mark.slow
 def test_gradients_flow_through_every_head():
     model = cd.make_count_model("mlp", (2,), LAT, hidden=8)
     params = _init(model, 2)

@@ -36,6 +36,7 @@ def test_quadrature_nll_scaled_toy():
     np.testing.assert_allclose(o.quadrature_nll(o.support, ALPHA), -np.log(PROBS), atol=1e-4, rtol=0)
 
 
+@pytest.mark.slow
 def test_quadrature_nll_2d_dependent():
     """2-D pmf on {(1,1), (1,1.5), (1.5,1.5), (2,1)}: summed-coordinate integral = -log P(x)."""
     o = FiniteCountOracle([[1, 1], [1, 1.5], [1.5, 1.5], [2, 1]], PROBS)

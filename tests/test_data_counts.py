@@ -58,6 +58,7 @@ def test_randhie():
     assert np.bincount(allx)[0] == 6308
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _cached(["debs", counts._FMNIST_DEB]),
                     reason="Fashion-MNIST .deb (31 MB) not in the cache; fixture test below covers parsing")
 def test_fashion_mnist_real():

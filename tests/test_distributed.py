@@ -163,6 +163,7 @@ def masked_runs(tmp_path_factory):
     return root, logs
 
 
+@pytest.mark.slow
 def test_masked_same_parameters_however_launched(masked_runs):
     root, logs = masked_runs
     one, meta = params_of("masked", root / "one")
@@ -182,6 +183,7 @@ def test_masked_same_parameters_however_launched(masked_runs):
     assert recs == [json.loads(line)["step"] for line in open(root / "one" / "metrics.jsonl")]
 
 
+@pytest.mark.slow
 def test_fsdp_shards_parameters_and_resumes_on_one_process(masked_runs, tmp_path):
     root, _ = masked_runs
     wd = tmp_path / "fsdp"
@@ -204,6 +206,7 @@ def test_fsdp_shards_parameters_and_resumes_on_one_process(masked_runs, tmp_path
     assert_same_params(one, resumed, "fsdp 2x2 to step 2, then 1 device to step 4")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sedd", "poisson"])
 def test_sedd_and_poisson_same_parameters_on_two_processes(kind, tmp_path):
     training.train(tasks.make_task(_config(kind)), str(tmp_path / "one"))
@@ -214,6 +217,7 @@ def test_sedd_and_poisson_same_parameters_on_two_processes(kind, tmp_path):
     assert_same_params(one, two, f"{kind}: 1 device vs 2 processes x 2 devices, fsdp 2")
 
 
+@pytest.mark.slow
 def test_evaluation_across_two_processes_gives_the_single_process_report(masked_runs, tmp_path):
     root, _ = masked_runs
     wd = root / "two_by_two"
@@ -231,6 +235,7 @@ def test_evaluation_across_two_processes_gives_the_single_process_report(masked_
     assert single["nll_stderr"] > 0
 
 
+@pytest.mark.slow
 def test_processes_started_with_different_configs_stop_with_one_line(tmp_path):
     path, overrides = RUNS["masked"]
     args = ["--config", path, f"--workdir={tmp_path / 'w'}", *_flags(overrides)]
@@ -244,6 +249,7 @@ def test_processes_started_with_different_configs_stop_with_one_line(tmp_path):
         assert "Traceback" not in text
 
 
+@pytest.mark.slow
 def test_sigterm_to_one_process_stops_every_process_at_the_same_step(tmp_path):
     """A scheduler's SIGTERM may reach the processes at different steps: they agree at the next
     log window, all save that step and exit 128 + 15."""
@@ -317,6 +323,7 @@ def test_a_process_that_never_started_is_named_on_every_process_within_the_timeo
                            "that host, check --coordinator_address, or raise the timeout")
 
 
+@pytest.mark.slow
 def test_a_process_killed_mid_training_is_one_line_on_the_other(tmp_path):
     """kill -9 of process 0 during training. It hosts JAX's coordination service, so the other
     process's JAX client aborts at once (a C++ check failure, before this change): the survivor
@@ -359,6 +366,7 @@ sys.exit(supervise.supervise(["-c", worker], f"127.0.0.1:{port}", n, pid, timeou
 """
 
 
+@pytest.mark.slow
 def test_supervisors_relay_a_death_and_an_exit_status(tmp_path):
     """Without JAX: three supervisors whose workers sleep. The supervisor of process 1 killed
     (its worker dies with it): 0 and 2 name it at once. Process 1's worker exiting with status 3

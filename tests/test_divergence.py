@@ -50,6 +50,7 @@ def all_checkpoints_finite(wd) -> bool:
     return all(ok)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ckpt_every", [1, 3, 5])
 def test_nan_is_never_saved_and_a_smaller_lr_resumes_from_the_last_good_checkpoint(tmp_path, ckpt_every):
     cfg = fault_config(**{"train.ckpt_every": ckpt_every, "train.log_every": 10, "train.keep_checkpoints": 2})
@@ -70,6 +71,7 @@ def test_nan_is_never_saved_and_a_smaller_lr_resumes_from_the_last_good_checkpoi
     assert train_records[-1]["step"] == 20 and [r["first_step"] for r in train_records if r.get("partial")] == [good + 1]
 
 
+@pytest.mark.slow
 def test_an_exploding_learning_rate_stops_before_the_first_bad_save(tmp_path):
     cfg = fault_config(**{"optim.lr": 1e4, "optim.warmup_steps": 200, "train.ckpt_every": 1})
     with pytest.raises(guard_lib.DivergenceError, match=r"diverged at step 2: the loss of the parameters on a "
@@ -120,6 +122,7 @@ def test_the_advice_offers_what_a_resume_accepts():
         guard_lib.DivergenceGuard(cfg, 100.0, lambda: None).check_valid(float("nan"), 7)
 
 
+@pytest.mark.slow
 def test_the_last_step_is_saved_only_after_its_final_validation(tmp_path, monkeypatch):
     cfg = fault_config(**{"train.num_steps": 10, "train.ckpt_every": 5, "train.eval_every": 4})
     real = guard_lib.DivergenceGuard.check_valid
@@ -136,6 +139,7 @@ def test_the_last_step_is_saved_only_after_its_final_validation(tmp_path, monkey
     assert [r["step"] for r in metrics(tmp_path) if r["split"] == "valid"] == [4, 8, 10]
 
 
+@pytest.mark.slow
 def test_the_final_validation_runs_after_validations_inside_the_run(tmp_path):
     cfg = fault_config(**{"train.num_steps": 10, "train.ckpt_every": 5, "train.eval_every": 4})
     out = train_run(cfg, tmp_path)
@@ -145,6 +149,7 @@ def test_the_final_validation_runs_after_validations_inside_the_run(tmp_path):
     assert train_run(cfg, tmp_path)["valid"] == out["valid"] and (tmp_path / "metrics.jsonl").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_a_diverged_checkpoint_of_an_older_version_is_moved_aside_on_resume(tmp_path):
     good = {"train.num_steps": 10, "train.ckpt_every": 5, "optim.decay_steps": 10}
     train_run(fault_config(**good), tmp_path)
@@ -171,6 +176,7 @@ def schedule_config(num_steps, **kw):
     return fault_config(**{"train.num_steps": num_steps, "train.ckpt_every": 10, "train.log_every": 10, **kw})
 
 
+@pytest.mark.slow
 def test_a_longer_run_must_say_how_its_schedule_continues(tmp_path):
     wd = tmp_path / "w"
     train_run(schedule_config(20), wd)
@@ -196,12 +202,14 @@ def test_a_longer_run_must_say_how_its_schedule_continues(tmp_path):
     assert int(a.step) == 40 and jax.tree.all(jax.tree.map(np.array_equal, a.params, b.params))
 
 
+@pytest.mark.slow
 def test_a_run_inside_its_warmup_may_grow(tmp_path):
     # every step so far used the warmup's rates, which do not depend on the length of the run
     train_run(schedule_config(10, **{"optim.warmup_steps": 15}), tmp_path)
     assert train_run(schedule_config(20, **{"optim.warmup_steps": 15}), tmp_path)["step"] == 20
 
 
+@pytest.mark.slow
 def test_rerunning_a_finished_run_appends_nothing(tmp_path):
     first = train_run(schedule_config(20), tmp_path)
     before = (tmp_path / "metrics.jsonl").read_bytes()
@@ -211,6 +219,7 @@ def test_rerunning_a_finished_run_appends_nothing(tmp_path):
     assert sum(r["split"] == "valid" and r["step"] == 20 for r in metrics(tmp_path)) == 1
 
 
+@pytest.mark.slow
 def test_switching_gradient_clipping_on_or_off_is_refused(tmp_path):
     train_run(schedule_config(10), tmp_path)
     with pytest.raises(training.ConfigMismatchError, match=r"grad_clip=0 switches gradient clipping off"):
@@ -230,6 +239,7 @@ def test_reports_beyond_the_uniform_model_are_flagged():
     assert report_lib.worse_than_uniform(3.0, 0.5, None, "nats per example") == []
 
 
+@pytest.mark.slow
 def test_evaluating_a_diverged_run_warns(tmp_path):
     from infodiff import evaluation
     from tests.test_evaluation import _masked, _tiny

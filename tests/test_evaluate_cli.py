@@ -20,6 +20,7 @@ def _run(args, cwd=REPO):
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_oracle_tabular_cli_from_file(tmp_path):
     tab = oracles.random_tabular(np.random.default_rng(0), "ACGT", 5, 40)
     path = tmp_path / "table.json"
@@ -51,6 +52,7 @@ def test_oracle_tabular_cli_from_file(tmp_path):
             assert unbiased(pair[kind]), pair
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "content, message",
     [
@@ -80,6 +82,7 @@ def test_workdir_without_run_is_a_clear_error(tmp_path):
     assert r.returncode != 0 and "config.json not found" in r.stderr
 
 
+@pytest.mark.slow
 def test_oracle_cli_one_token_response_and_strict_json(tmp_path):
     out = tmp_path / "o"
     r = _run(["--config", "configs/oracle_markov.py", "--config.data.order=2",
@@ -96,6 +99,7 @@ def test_oracle_cli_one_token_response_and_strict_json(tmp_path):
     assert abs(kd["bias"]) < 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -143,6 +147,7 @@ def test_help_lists_the_config_keys_and_exits_0(script, args, key):
     assert key in r.stdout
 
 
+@pytest.mark.slow
 def test_sigint_in_evaluate_says_what_was_lost(tmp_path):
     """Ctrl-C during a long oracle evaluation: one line saying nothing was written, status 130,
     no report; log lines carry no absl prefix."""
@@ -204,6 +209,7 @@ def test_compilation_cache_directory_and_its_switches(monkeypatch, tmp_path, cap
     assert cli.compilation_cache_dir() is None
 
 
+@pytest.mark.slow
 def test_damaged_compilation_cache_entries_are_removed(tmp_path):
     import zlib
 
@@ -251,6 +257,7 @@ def test_damaged_compilation_cache_entries_are_removed(tmp_path):
     assert cli.remove_damaged_cache_entries(str(tmp_path)) == ["jit_new-6-cache"]
 
 
+@pytest.mark.slow
 def test_a_rerun_from_the_compilation_cache_gives_the_same_numbers(tmp_path):
     cache = tmp_path / "xla"
     args = ["--config", "configs/oracle_markov.py", "--config.data.order=2", "--config.eval.num_sequences=3",
@@ -334,6 +341,7 @@ def test_jax_cache_warnings_are_one_line(monkeypatch, capsys):
     assert others == ["something else"]  # other warnings as before
 
 
+@pytest.mark.slow
 def test_evaluation_split_over_cpu_devices_gives_the_one_device_numbers(tmp_path):
     from infodiff import cli
 

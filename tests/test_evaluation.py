@@ -67,6 +67,7 @@ def _poisson():
         "eval.sample_steps": 10})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [_masked, _sedd, _poisson], ids=["masked", "sedd", "poisson"])
 def test_network_report_has_every_schema_key(make, tmp_path):
     cfg = make()
@@ -84,6 +85,7 @@ def test_network_report_has_every_schema_key(make, tmp_path):
         assert rep["stderr_kind"].startswith("data+mc") and isinstance(rep["samples"][0], str)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["oracle_tabular", "oracle_sedd_tabular", "oracle_poisson"])
 def test_oracle_report_has_every_schema_key(which, tmp_path):
     import importlib

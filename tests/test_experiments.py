@@ -55,6 +55,7 @@ def _tiny(cfg):
     return cfg
 
 
+@pytest.mark.slow
 def test_dna128_experiment_runs_and_writes_results(tmp_path):
     from configs import exp_dna128
 
@@ -71,6 +72,7 @@ def test_dna128_experiment_runs_and_writes_results(tmp_path):
     assert res["model_vs_truth_enumerated"]["mean_error"] > 1.0
 
 
+@pytest.mark.slow
 def test_markov_and_variance_experiments_run(tmp_path):
     from configs import exp_variance
 
@@ -162,6 +164,7 @@ def test_paper_override_sets():
         exp_dna128.get_config("papr")
 
 
+@pytest.mark.slow
 def test_temperature_override_with_a_table_is_refused(tmp_path):
     """A chain read from a file has no temperature: overriding it is an unread key, refused in one
     line before any work."""
@@ -180,6 +183,7 @@ def test_temperature_override_with_a_table_is_refused(tmp_path):
     assert "Traceback" not in p.stderr and not (tmp_path / "w").exists()
 
 
+@pytest.mark.slow
 def test_an_interrupted_training_stops_the_experiment(tmp_path, monkeypatch):
     """Ctrl-C during an experiment's training (a checkpoint saved, ``interrupted`` set) stops the
     experiment: nothing is scored or written with a half-trained model."""

@@ -151,6 +151,7 @@ KINDS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_bit_flip_in_each_file_kind_is_detected_and_skipped(wd, kind):
     step15 = wd / "checkpoints" / "15"
@@ -169,6 +170,7 @@ def test_bit_flip_in_each_file_kind_is_detected_and_skipped(wd, kind):
     assert steps_in(wd) == [5, 10, 15] and target.read_bytes() == before
 
 
+@pytest.mark.slow
 def test_bit_flip_resume_uses_previous_and_matches_uninterrupted(wd, corpus, reference):
     target = data_file(wd / "checkpoints" / "15")
     flip_bit(target)
@@ -179,6 +181,7 @@ def test_bit_flip_resume_uses_previous_and_matches_uninterrupted(wd, corpus, ref
     assert (kept / rel).exists() and steps_in(wd) == [5, 10, 15, 20]
 
 
+@pytest.mark.slow
 def test_unsealed_checkpoint_is_still_verified(wd):
     """Killed before the file checksums were written: the state and metadata checksums in the
     checkpoint still catch a flipped bit."""
@@ -205,6 +208,7 @@ def test_truncated_file_resumes_from_previous(wd, corpus, reference):
     resume_matches(wd, corpus, reference)
 
 
+@pytest.mark.slow
 def test_garbled_metadata_resumes_from_previous(wd, corpus, reference):
     d = wd / "checkpoints" / "15"
     (d / training.checkpoint.MANIFEST).unlink()  # so that the JSON parser itself sees it
@@ -219,6 +223,7 @@ def test_garbled_metadata_resumes_from_previous(wd, corpus, reference):
     resume_matches(wd, corpus, reference)
 
 
+@pytest.mark.slow
 def test_no_good_checkpoint_is_one_error_and_nothing_moves(wd, corpus):
     for s in (5, 10, 15):
         flip_bit(data_file(wd / "checkpoints" / str(s)))
@@ -237,6 +242,7 @@ def test_shape_mismatch_says_config_and_checkpoint_disagree(wd):
     assert steps_in(wd) == [5, 10, 15]
 
 
+@pytest.mark.slow
 def test_non_finite_loss_names_the_newest_verified_checkpoint(wd):
     flip_bit(data_file(wd / "checkpoints" / "15"))
     t = task()
@@ -259,6 +265,7 @@ def test_non_finite_loss_names_the_newest_verified_checkpoint(wd):
 # ---------------------------------------------------------------------------------------------
 # One writer per workdir
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_second_writer_is_refused(wd, corpus):
     before = (wd / "metrics.jsonl").read_bytes()
     with training.WorkdirLock(wd):
@@ -286,6 +293,7 @@ def _cli_env(cache_dir):
                 PYTHONPATH=str(REPO))
 
 
+@pytest.mark.slow
 def test_cli_second_writer_gets_one_line(tmp_path, compilation_cache):
     text8 = tmp_path / "tiny_text8"
     text8.write_text((PHRASE * 800)[:30000])
@@ -307,6 +315,7 @@ def test_cli_second_writer_gets_one_line(tmp_path, compilation_cache):
 # ---------------------------------------------------------------------------------------------
 # Storage faults
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_disk_full_during_a_checkpoint_save(wd, corpus, reference, monkeypatch):
     real_save = ocp.CheckpointManager.save
 
@@ -339,6 +348,7 @@ def _mount_tmpfs(path: Path, size: str) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_real_disk_full_on_a_small_tmpfs(tmp_path, corpus, reference):
     """The real thing where the machine allows mounting (root): TensorStore's own ENOSPC."""
     mnt = tmp_path / "small"
@@ -398,6 +408,7 @@ def test_disk_full_appending_metrics(tmp_path):
     assert path.read_text() == '{"step": 1}\n'
 
 
+@pytest.mark.slow
 def test_read_only_workdir_refuses_training_before_any_work(wd, corpus, monkeypatch):
     snapshot = {p: p.read_bytes() for p in wd.rglob("*") if p.is_file()}
     _refuse_writes(monkeypatch, wd, errno.EROFS)
@@ -459,6 +470,7 @@ _KILL_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_kill9_during_a_save(tmp_path, corpus, reference, compilation_cache):
     wd = tmp_path / "wd"
     proc = subprocess.run([sys.executable, "-c", _KILL_SCRIPT.format(repo=str(REPO), wd=str(wd))],
@@ -473,6 +485,7 @@ def test_kill9_during_a_save(tmp_path, corpus, reference, compilation_cache):
 # ---------------------------------------------------------------------------------------------
 # Resumed log windows
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_cut_log_windows_are_marked_partial(tmp_path, corpus, reference):
     wd = tmp_path / "wd"
     assert train_run(fault_config(), wd, corpus, stop_at_step=12)["step"] == 12
@@ -586,6 +599,7 @@ def test_atomic_writes_are_utf8_with_the_umasks_permissions(tmp_path):
     assert {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()} == {"report.txt": 0o640, "a.png": 0o640}
 
 
+@pytest.mark.slow
 def test_orbax_storage_error_lines_are_held_back(capsys):
     """A failed save makes orbax log four error lines (up to 870 characters) from its threads
     before infodiff's one-line StorageError; the CLI's log filter holds back orbax's error
@@ -616,6 +630,7 @@ def test_orbax_storage_error_lines_are_held_back(capsys):
                                                "(--debug shows them): [process=0][thread=array_type_handler]"), err
 
 
+@pytest.mark.slow
 def test_cli_full_disk_is_one_line_without_orbax_logs(tmp_path, compilation_cache):
     """train.py on a 900 kB tmpfs: the third checkpoint does not fit. stderr ends with the one
     StorageError line; orbax's four long error lines are not shown (with --debug they are)."""

@@ -57,6 +57,7 @@ def test_unconditional_tabular(tabular, estimator):
     assert est.num_samples == N_MC and est.forward_passes == N_MC * per
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:lambda_dce has infinite variance")
 @pytest.mark.parametrize("estimator", lk.ESTIMATORS)
 def test_unconditional_markov2(markov2, estimator):
@@ -65,6 +66,7 @@ def test_unconditional_markov2(markov2, estimator):
     _assert_unbiased(est, -markov2.log_prob(x), f"markov2/{estimator}")
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:lambda_dce has infinite variance")
 @pytest.mark.parametrize("estimator", lk.ESTIMATORS)
 @pytest.mark.parametrize("chain", ["markov2", "markov4"])
@@ -145,6 +147,7 @@ def test_interval_tables():
     assert coef[m - 1] == pytest.approx(num, rel=1e-10)
 
 
+@pytest.mark.slow
 def test_t_dce_exact_boundaries_matter_and_are_unbiased(tabular):
     """With a large eps the interior t-integral alone is clearly biased; with the boundary
     pieces the estimate is unbiased (same draws budget)."""
@@ -162,6 +165,7 @@ def test_t_dce_exact_boundaries_matter_and_are_unbiased(tabular):
     assert np.all((truth - interior) / se > 4), "interior-only t-DCE should miss the boundaries"
 
 
+@pytest.mark.slow
 def test_coupled_ratio_unbiased_and_lower_variance(markov4):
     rng = np.random.default_rng(13)
     x = markov4.sample(rng, N_SEQ, length=20)
@@ -182,6 +186,7 @@ def test_coupled_ratio_unbiased_and_lower_variance(markov4):
         c.per_sample_std, d.per_sample_std)
 
 
+@pytest.mark.slow
 def test_stratified_has_much_lower_variance_per_forward_pass(tabular, markov4):
     """Our stratified-m estimator vs the time-free estimator (I-MDCE Thm 4.1), exact oracles."""
     x = tabular.sample(np.random.default_rng(20), 8)
@@ -216,6 +221,7 @@ def test_results_are_reproducible_from_key(tabular):
     assert not np.array_equal(a.samples, c.samples)
 
 
+@pytest.mark.slow
 def test_default_is_neyman_with_a_budget_of_about_128_passes(tabular, markov2):
     x = markov2.sample(np.random.default_rng(0), 2, length=16)
     est = lk.nll(markov2, x, jax.random.PRNGKey(0))
@@ -226,6 +232,7 @@ def test_default_is_neyman_with_a_budget_of_about_128_passes(tabular, markov2):
     assert lk.nll(tabular, x6, jax.random.PRNGKey(0)).is_exact  # 2^6 - 1 = 63 subsets < 16 x 6 passes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n, S", [(8, 4), (11, 64), (12, 8), (12, 64), (16, 16), (20, 8)])
 def test_neyman_stays_within_its_budget(markov2, n, S):
     """Pilot, enumerated strata and Monte Carlo rows together cost at most S n passes (or the
@@ -281,6 +288,7 @@ def test_bad_input_is_refused(tabular):
         lk.nll(tabular, row[None].astype(np.int32), key, num_samples=8)
 
 
+@pytest.mark.slow
 def test_t_dce_with_lambda_zero_at_t_zero_is_flagged(tabular):
     x = tabular.sample(np.random.default_rng(0), 1)
     with pytest.warns(RuntimeWarning, match="t_dce has infinite variance"):

@@ -28,6 +28,7 @@ def test_masks_stay_inside_target(name):
         assert np.all(w[:5] == 0)
 
 
+@pytest.mark.slow
 def test_time_free_mask_count_law():
     """P(m) = (1/m) / H_n on {1..n}, including m = n (the all-masked case)."""
     n, N = 6, 200_000
@@ -54,6 +55,7 @@ def test_k_dce_subset_is_uniform():
         np.testing.assert_allclose(rows.mean(0), k / n, atol=4 * np.sqrt(0.25 / len(rows)))
 
 
+@pytest.mark.slow
 def test_categorical_sampler_matches_probabilities_including_rare():
     p = np.array([0.9, 0.0999, 1e-4, 0.0], np.float64)
     p[-1] = 1 - p[:-1].sum() if 1 - p[:-1].sum() > 0 else 0
@@ -65,6 +67,7 @@ def test_categorical_sampler_matches_probabilities_including_rare():
     assert freq[2] > 0
 
 
+@pytest.mark.slow
 def test_exponentials_reach_far_below_float32_resolution():
     # A rare category wins the race when its exponential variate is tiny. Float32 uniforms
     # (spacing 2^-23) cannot produce E below ~1e-7 (MD4 App. G); two words reach ~1e-20.
@@ -91,6 +94,7 @@ def _tv_of_sampler(tab, steps, n=20_000, seed=0):
     return 0.5 * (np.abs(counts / n - tab.probs).sum() + outside / n)
 
 
+@pytest.mark.slow
 def test_ancestral_sampler_converges_to_data_distribution():
     tab = oracles.random_tabular(np.random.default_rng(5), "AB", seq_len=4, num_seqs=6, temperature=0.3)
     tvs = [_tv_of_sampler(tab, s) for s in (1, 4, 64)]
@@ -101,6 +105,7 @@ def test_ancestral_sampler_converges_to_data_distribution():
     assert tvs[0] > 5 * floor, tvs
 
 
+@pytest.mark.slow
 def test_finite_T_elbo_is_an_upper_bound_that_tightens():
     """MD4's discrete-time ELBO with exact conditionals: >= -log p(x), -> -log p(x) as T grows."""
     tab = oracles.random_tabular(np.random.default_rng(6), "ACGT", seq_len=6, num_seqs=32)

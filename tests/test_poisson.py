@@ -91,6 +91,7 @@ def test_prl_gradient():
 
 
 # --------------------------------------------------------------------------- channel
+@pytest.mark.slow
 @pytest.mark.parametrize("rate", [0.7, 40.0, 2.0e4, 4.0e8])
 def test_channel_moments(rate):
     n = 100_000
@@ -136,6 +137,7 @@ def test_truncated_logistic_weights():
         P.truncated_logistic(jax.random.PRNGKey(0), (2,), 0.0, -1.0, 4.0)
 
 
+@pytest.mark.slow
 def test_suggest_logistic_covers_integrand():
     """For 256-level data on [1, 2] the suggested support covers the docs/poisson.md §3.4 mass (alpha ~ 0..16)."""
     rng = np.random.default_rng(0)
@@ -154,6 +156,7 @@ def _toy(scaled: bool):
     return FiniteCountOracle(TOY_SUPPORT, TOY_PROBS), P.CountScaling(5, low=0.0, high=5.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scaled", [False, True])
 def test_mc_nll_exact_oracle_within_4se(scaled):
     """Logistic importance sampling with the exact denoiser: -log P(x) within 4 SE, incl. x = 0."""
@@ -174,6 +177,7 @@ def test_mc_nll_exact_oracle_within_4se(scaled):
     np.testing.assert_allclose(r.terms["total"], r.mean)
 
 
+@pytest.mark.slow
 def test_mc_nll_paper_defaults_and_guard():
     """ItDPDM's logistic(-1, 5) proposal, with and without the high-SNR rounding guard."""
     oracle, sc = _toy(True)
@@ -187,6 +191,7 @@ def test_mc_nll_paper_defaults_and_guard():
             assert r.info["alpha_top"] == 9.0 and np.all(r.recon > 0)
 
 
+@pytest.mark.slow
 def test_grid_and_qmc_samplers_agree_with_truth():
     oracle, sc = _toy(True)
     x = oracle.support
@@ -210,6 +215,7 @@ def test_rounding_tail_exact():
         np.testing.assert_allclose(got[i], np.sum(pz * P.prl_np(xi, xr)), rtol=1e-7, atol=1e-300)
 
 
+@pytest.mark.slow
 def test_diffusion_loss_expectation_equals_mprl_integral():
     """E[diffusion_loss] = int_{trunc. range} e^alpha mprl(x, e^alpha) dalpha (exact oracle)."""
     oracle, _ = _toy(True)
@@ -226,6 +232,7 @@ def test_diffusion_loss_expectation_equals_mprl_integral():
         assert se < 0.03
 
 
+@pytest.mark.slow
 def test_diffusion_loss_differentiable_and_paper_weighting():
     x = jnp.array([[1.0, 1.4], [2.0, 1.2]])
 
@@ -270,6 +277,7 @@ def test_poisson_nll_errors():
 
 
 # --------------------------------------------------------------------------- samplers
+@pytest.mark.slow
 def test_increment_sampler_converges_and_beats_paper_sampler():
     """docs/poisson.md §4.4 setup (pmf on {1, 1.2, 1.4, 2}, gamma 1e-3..2000, round decision), 40k samples.
 
@@ -293,6 +301,7 @@ def test_increment_sampler_converges_and_beats_paper_sampler():
     assert tv["inc", 100] < 0.014 + 4 * noise, tv
 
 
+@pytest.mark.slow
 def test_sampler_output_and_errors():
     sc = P.CountScaling(5)
     oracle = FiniteCountOracle(sc.scale(np.array([0, 1, 2, 5])), TOY_PROBS)
@@ -314,6 +323,7 @@ def test_sampler_output_and_errors():
         P.paper_sampler(oracle, jax.random.PRNGKey(0), 5, 1, g, sc, decision="mode")
 
 
+@pytest.mark.slow
 def test_suggest_alpha_guard_makes_rounding_tail_negligible():
     sc = P.CountScaling(255)
     ag = P.suggest_alpha_guard(sc)
@@ -325,6 +335,7 @@ def test_suggest_alpha_guard_makes_rounding_tail_negligible():
     assert P.rounding_loss_integral(x, ag - 4.0, sc)[0] > 1e-3
 
 
+@pytest.mark.slow
 def test_float32_scaled_data_is_snapped_to_the_lattice():
     """float32 copies of lattice values (1e-8 off) give the same estimate as float64 ones."""
     oracle, sc = _toy(True)

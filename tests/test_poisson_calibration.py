@@ -81,6 +81,7 @@ def _show(r):
           f"{r['z2_band'][1]:.3f}) bias {r['bias']:+.4f} +- {r['bias_se']:.4f}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampler", ["stratified", "qmc"])
 def test_cli_samplers_se_is_calibrated_and_unbiased(sampler):
     """The CLI's settings (configs/oracle_poisson.py): 'auto' proposal, 1000 draws per example."""
@@ -91,6 +92,7 @@ def test_cli_samplers_se_is_calibrated_and_unbiased(sampler):
     assert _calibrated(r), r
 
 
+@pytest.mark.slow
 def test_old_iid_default_fails_calibration():
     """The test can fail: iid logistic draws with the sample SE, the old 'auto' recipe and 200
     draws per example (the old CLI default)."""
@@ -101,6 +103,7 @@ def test_old_iid_default_fails_calibration():
     assert not _calibrated(r), r
 
 
+@pytest.mark.slow
 def test_grid_se_is_not_calibrated_and_warns():
     """The trapezoid grid on ItDPDM's [-28, 37] (500 nodes x 2 channel draws at 1000 samples)
     puts huge weights e^alpha dalpha on rare channel draws at high SNR: its pair SE is unbiased
@@ -114,6 +117,7 @@ def test_grid_se_is_not_calibrated_and_warns():
     assert not _calibrated(r), r
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("count", [0, 30])
 def test_defensive_channel_is_unbiased_at_fixed_snr(count):
     """E_q[r l(x, xhat(z))] = E_p[l] exactly at each log-SNR: the MC mean of the weighted loss

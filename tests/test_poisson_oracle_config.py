@@ -22,6 +22,7 @@ def _small(c, tmp_path):
     return c
 
 
+@pytest.mark.slow
 def test_report_uses_the_pmf_file(tmp_path):
     from configs import oracle_poisson
 
@@ -80,6 +81,7 @@ def _run(args):
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["data.pth=x.json", "data.num_train=10", "train.num_steps=3",
                                  "eval.use_ema=False"])
 def test_unread_or_misspelt_key_is_an_error(tmp_path, key):
@@ -98,6 +100,7 @@ def test_cli_bad_pmf_is_one_line_error(tmp_path):
     assert r.returncode != 0 and f"pmf file '{path}': probabilities sum to 0.7" in r.stderr, r.stderr[-1500:]
 
 
+@pytest.mark.slow
 def test_a_one_point_pmf_gives_zero_with_a_note(tmp_path):
     """-log p(x) = 0 for a law with one atom and the exact denoiser returns x at every SNR: the
     'auto' proposal has no spread to fit, so the oracle picks one that ends where the lattice is
@@ -117,6 +120,7 @@ def test_a_one_point_pmf_gives_zero_with_a_note(tmp_path):
     assert not row["se_calibration"]["miscalibrated"]
 
 
+@pytest.mark.slow
 def test_a_sample_without_spread_names_the_file_and_the_fix(tmp_path):
     from configs import oracle_poisson
 
@@ -134,6 +138,7 @@ def test_a_sample_without_spread_names_the_file_and_the_fix(tmp_path):
     assert rep["process"]["proposal"] == [-1.0, 5.0, 4.0]
 
 
+@pytest.mark.slow
 def test_the_oracle_flags_per_example_ses_that_under_cover(tmp_path):
     """A pmf with mass at 10^6 (the lattice spacing 1e-6 on [1, 2]): the per-example SEs of the
     default estimator are far too small at x = 0 (coverage 0.59 at 1000 examples, 0.63 at 100); the oracle

@@ -65,6 +65,7 @@ def _restore(cfg, workdir, data=None):
     return training.load_checkpoint(str(workdir), tasks.make_task(cfg, data=data))
 
 
+@pytest.mark.slow
 def test_untrained_prior_init_nll_matches_independent_entropy(tmp_path):
     """With init_prior and zero output layer, step 0's denoiser is the EXACT posterior mean of the
     training marginals, so the estimated NLL equals the exact cross-entropy within 4 SE."""
@@ -115,6 +116,7 @@ _OVER = {"data.num_train": 256, "data.num_valid": 64, "data.num_test": 64, "mode
          "train.ckpt_every": 2, "optim.warmup_steps": 1}
 
 
+@pytest.mark.slow
 def test_cli_train_then_library_resume_is_bit_identical_and_evaluate(tmp_path):
     from configs import poisson_synthetic
 
@@ -168,6 +170,7 @@ def test_cli_train_then_library_resume_is_bit_identical_and_evaluate(tmp_path):
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "num_sample" in r.stderr
 
+@pytest.mark.slow
 def test_oracle_mode_matches_exact_entropy_and_increment_sampler_beats_paper():
     from configs import oracle_poisson
 

@@ -92,6 +92,7 @@ def test_estimate_within_4se_of_exact(case):
     np.testing.assert_allclose(est.split_mean()["mean"], est.mean.mean())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [c for c in CASES if c.train_process is not None],
                          ids=[c.name for c in CASES if c.train_process is not None])
 def test_training_loss_has_the_estimated_mean(case):
@@ -108,6 +109,7 @@ def test_training_loss_has_the_estimated_mean(case):
     assert np.all(np.abs(m - truth) < 4 * s + 2e-3), (case.name, m, truth, s)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_noise_does_not_read_the_data(case):
     """draw_noise sees only the target and the sample indices, so two inputs can share it."""
@@ -132,6 +134,7 @@ def test_process_is_hashable_and_named(case):
     assert isinstance(case.process.row_wise, bool)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [c for c in CASES if c.process.row_wise],
                          ids=[c.name for c in CASES if c.process.row_wise])
 def test_slices_change_speed_only(case):

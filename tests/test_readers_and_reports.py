@@ -68,6 +68,7 @@ def _writer_between_listing_and_reading(monkeypatch, action, when_step: int):
     return calls
 
 
+@pytest.mark.slow
 def test_reader_lists_again_when_the_writer_deletes_what_it_listed(wd, reference_run, reference, monkeypatch,
                                                                    bad_warnings):
     """keep_checkpoints of a live writer: step 20 is saved and 5, 10, 15 (all the reader listed)
@@ -90,6 +91,7 @@ def test_reader_lists_again_when_the_writer_deletes_what_it_listed(wd, reference
     assert not (wd / training.checkpoint.CORRUPT_DIR).exists() and steps_in(wd) == [20]
 
 
+@pytest.mark.slow
 def test_a_deletion_in_progress_is_not_damage(wd, reference_run, bad_warnings, monkeypatch):
     """orbax's rmtree is not atomic: the reader meets half-deleted directories that disappear
     a moment later. Steps 10 and 15 lose their files before they are read, their directories
@@ -115,6 +117,7 @@ def test_a_deletion_in_progress_is_not_damage(wd, reference_run, bad_warnings, m
     assert meta["step"] == 20 and bad_warnings() == []
 
 
+@pytest.mark.slow
 def test_a_damaged_checkpoint_is_still_damage_beside_a_writer(wd, bad_warnings, monkeypatch):
     """Step 15 has a flipped bit and stays; 5 and 10 are deleted while the reader reads: the
     error names step 15 as damaged (the deleted ones are not named), nothing is moved."""
@@ -131,6 +134,7 @@ def test_a_damaged_checkpoint_is_still_damage_beside_a_writer(wd, bad_warnings, 
     assert steps_in(wd) == [15] and not (wd / training.checkpoint.CORRUPT_DIR).exists()
 
 
+@pytest.mark.slow
 def test_damaged_newest_is_skipped_when_older_ones_are_deleted_and_a_new_one_comes(wd, reference_run, bad_warnings,
                                                                                    monkeypatch):
     flip_bit(data_file(wd / "checkpoints" / "15"))
@@ -146,6 +150,7 @@ def test_damaged_newest_is_skipped_when_older_ones_are_deleted_and_a_new_one_com
     assert steps_in(wd) == [15, 20]  # the damaged one stays where it is (a reader moves nothing)
 
 
+@pytest.mark.slow
 def test_a_named_step_deleted_while_read_says_so(wd, monkeypatch):
     ck = wd / "checkpoints"
     _writer_between_listing_and_reading(monkeypatch, lambda: shutil.rmtree(ck / "10"), 10)
@@ -153,6 +158,7 @@ def test_a_named_step_deleted_while_read_says_so(wd, monkeypatch):
         training.load_checkpoint(wd, task(), step=10)
 
 
+@pytest.mark.slow
 def test_a_reader_faster_deletion_than_reading_gives_up_with_one_line(wd, reference_run, monkeypatch):
     """Every listed checkpoint is gone by the time it is read, forever: a bounded number of
     attempts, then one line saying what to do."""
@@ -324,6 +330,7 @@ def _input_config(run: Path, path: Path) -> ml_collections.ConfigDict:
     return cfg
 
 
+@pytest.mark.slow
 def test_input_mode_writes_nothing_before_the_report_is_printed(reference_run, tmp_path, monkeypatch):
     """evaluation.evaluate scores the file without writing (rows.* travel with the report); the
     write after the table is printed fails on a read-only workdir with one line, and nothing
@@ -350,6 +357,7 @@ def test_input_mode_writes_nothing_before_the_report_is_printed(reference_run, t
     assert all(Path(p).exists() for p in written["files"]) and (Path(out) / "rows.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_cli_input_mode_on_a_read_only_workdir_prints_the_table_first(reference_run, tmp_path, compilation_cache):
     """The real thing where the machine allows mounting: a read-only tmpfs workdir."""
     mnt = tmp_path / "ro"

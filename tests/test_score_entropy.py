@@ -26,6 +26,7 @@ def markov():
 # ---------------------------------------------------------------------------------------------
 # I-MDSE: with the exact score the estimate equals -log p(x) within 4 standard errors
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("graph", GRAPHS)
 @pytest.mark.parametrize("which", ["tabular", "markov"])
 def test_imdse_equals_exact_nll(graph, which, tab, markov):
@@ -46,6 +47,7 @@ def test_imdse_equals_exact_nll(graph, which, tab, markov):
     np.testing.assert_allclose(est.mean, est.diffusion + est.prior)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("graph", GRAPHS)
 def test_imdse_lam_max_one_has_zero_prior(graph, tab):
     x = tab.sample(np.random.default_rng(3), 4)
@@ -57,6 +59,7 @@ def test_imdse_lam_max_one_has_zero_prior(graph, tab):
     assert np.all(np.abs(est.mean - truth) < 4 * est.stderr)
 
 
+@pytest.mark.slow
 def test_imdse_absorb_prior_is_exact_and_batch_independent(tab):
     """Absorb prior = (1 - lam_max) sum_i -log p(x_i) with the exact (all-masked) marginals."""
     x = tab.sample(np.random.default_rng(5), 7)
@@ -70,6 +73,7 @@ def test_imdse_absorb_prior_is_exact_and_batch_independent(tab):
     np.testing.assert_allclose(a.prior, want, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_imdse_conditional_absorb(markov):
     rng = np.random.default_rng(4)
     x = markov.sample(rng, 6, length=12)
@@ -245,6 +249,7 @@ def _exact_ratio_log(graph, x0, z, lam, V):
     return np.log(num / den)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("graph", GRAPHS)
 def test_dse_nonnegative_and_zero_at_exact_ratio(graph):
     V = 5
@@ -263,6 +268,7 @@ def test_dse_nonnegative_and_zero_at_exact_ratio(graph):
     assert np.all(np.asarray(ent1) >= np.asarray(ent0))
 
 
+@pytest.mark.slow
 def test_absorb_dse_equals_sigma_a_dce_for_normalised_predictor():
     """Lemma 3.3: l_DSE = sigma(t) a(t) l_DCE when s = a c with sum_v c = 1."""
     V = 6
@@ -285,6 +291,7 @@ def test_absorb_dse_equals_sigma_a_dce_for_normalised_predictor():
     assert np.all(np.asarray(dse_un)[has_mask] > np.asarray(dse / sched.sigma(t))[has_mask])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("graph", GRAPHS)
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("schedule", ["loglinear", "geometric"])
@@ -317,6 +324,7 @@ def test_absorb_conversions_roundtrip():
     np.testing.assert_allclose(np.asarray(back), np.asarray(log_c), atol=2e-5)
 
 
+@pytest.mark.slow
 def test_uniform_score_from_exact_posterior_matches_oracle(tab):
     """s_v = sum_u P(x0_i = u | z) K(v|u) / K(z_i|u) with the exact posterior is the exact score."""
     V, L = tab.vocab_size, 6
@@ -335,6 +343,7 @@ def test_uniform_score_from_exact_posterior_matches_oracle(tab):
     np.testing.assert_allclose(np.asarray(got), want, atol=2e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("graph", GRAPHS)
 def test_corrupt_matches_transition_probs(graph):
     V, n = 4, 40000
@@ -376,6 +385,7 @@ def _tv_table(orc, graph, method, steps_list, n=5000):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("graph,method", [("absorb", "tweedie"), ("uniform", "tweedie"),
                                           ("uniform", "euler")])
 def test_sampler_tv_decreases_with_steps(graph, method):
@@ -387,6 +397,7 @@ def test_sampler_tv_decreases_with_steps(graph, method):
     assert tv[2] < 0.06, tv
 
 
+@pytest.mark.slow
 def test_sampler_rejects_bad_arguments(tab):
     sc = se.OracleScore(tab, "absorb")
     with pytest.raises(ValueError, match="sampler"):

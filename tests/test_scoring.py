@@ -75,6 +75,7 @@ def test_conditional_rows_match_the_exact_chain_rule(chain):
     np.testing.assert_array_equal(rows.info["windows_per_row"], [1, 1, 1, 1, 1, 5, 1, 3, 1])
 
 
+@pytest.mark.slow
 def test_documents_are_sums_of_independent_windows(chain):
     rng = np.random.default_rng(1)
     docs = [chain.sample(rng, 1, length=n)[0] for n in (5, 12, 30)]
@@ -86,6 +87,7 @@ def test_documents_are_sums_of_independent_windows(chain):
     assert np.all(np.abs(_z(rows, truth)) < Z_MAX), (rows.mean, truth)
 
 
+@pytest.mark.slow
 def test_coupled_ratio_of_unequal_lengths_is_unbiased_and_coupled(chain):
     rng = np.random.default_rng(2)
     ctx, a, b = [], [], []
@@ -161,6 +163,7 @@ def _write(path, lines):
     return path
 
 
+@pytest.mark.slow
 def test_api_scores_strings(run_dir):
     import infodiff
 
@@ -180,6 +183,7 @@ def test_api_scores_strings(run_dir):
     assert r.stderr[1] < d.stderr[1]  # one substituted word: coupling helps
 
 
+@pytest.mark.slow
 def test_api_user_errors(run_dir):
     import infodiff
 
@@ -201,6 +205,7 @@ def _cli(args, **kw):
                           cwd=REPO, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"}, **kw)
 
 
+@pytest.mark.slow
 def test_cli_pairs_match_the_api(run_dir, tmp_path):
     import infodiff
 
@@ -222,6 +227,7 @@ def test_cli_pairs_match_the_api(run_dir, tmp_path):
     assert "bits per character" in r.stdout
 
 
+@pytest.mark.slow
 def test_text_and_ratio_files(run_dir, tmp_path):
     from ml_collections import ConfigDict
 
@@ -245,6 +251,7 @@ def test_text_and_ratio_files(run_dir, tmp_path):
     assert {"value_decoupled", "se_decoupled", "resolved_2se"} <= set(rep["rows_preview"][0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lines, match", [
     (['{"prompt": "a", "response": "b"}', "not json"], r"bad\.jsonl:2: not valid JSON"),
     (['{"prompt": "a", "response": "b"}', '{"prompt": "a", "a": "b", "b": "c"}'], r"bad\.jsonl:2: a ratios line"),
@@ -305,6 +312,7 @@ def test_a_text_empty_after_cleaning_names_its_file_and_line(tmp_path, name, bod
     assert str(e.value).startswith(f"{f}:") and "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_lines_split_at_newlines_only_and_bom_accepted(run_dir, tmp_path):
     from ml_collections import ConfigDict
 
@@ -328,6 +336,7 @@ def test_lines_split_at_newlines_only_and_bom_accepted(run_dir, tmp_path):
         evaluation.evaluate(cfg, str(run_dir))
 
 
+@pytest.mark.slow
 def test_ratio_rows_share_the_prompt_context(run_dir):
     import infodiff
 
@@ -345,6 +354,7 @@ def test_ratio_rows_share_the_prompt_context(run_dir):
         run.nll([])
 
 
+@pytest.mark.slow
 def test_target_se_adds_rounds_until_every_row_reaches_it(run_dir, tmp_path):
     import infodiff
     from ml_collections import ConfigDict
@@ -368,6 +378,7 @@ def test_target_se_adds_rounds_until_every_row_reaches_it(run_dir, tmp_path):
     assert any("target_se" in n for n in rep["notes"])
 
 
+@pytest.mark.slow
 def test_cli_missing_input_is_one_line(run_dir):
     r = _cli(["--workdir", str(run_dir), "--config.eval.input=/nope/x.txt"])
     assert r.returncode == 1
@@ -391,6 +402,7 @@ def poisson_run(tmp_path_factory):
     return d, c
 
 
+@pytest.mark.slow
 def test_poisson_counts_file(poisson_run, tmp_path):
     from infodiff import evaluation
 

@@ -144,6 +144,7 @@ def _p0(orc, L):
 # ---------------------------------------------------------------------------------------------
 # Tests
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(_case_makers()))
 @pytest.mark.parametrize("graph", ["uniform", "absorb"])
 def test_log_score_matches_enumeration(case, graph):
@@ -216,6 +217,7 @@ def test_absorb_is_scaled_exact_conditional(case):
     np.testing.assert_allclose(got[sel], want32[sel], rtol=0, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [lambda: _sparse_order2_markov(), lambda: _periodic_markov(),
                                   lambda: oracles.random_markov(np.random.default_rng(3), "ACGT", 4)])
 def test_markov_uniform_long_sequence_jit(make):
@@ -245,6 +247,7 @@ def test_markov_uniform_long_sequence_jit(make):
     assert np.all(np.take_along_axis(got, z[..., None], -1) == 0.0)
 
 
+@pytest.mark.slow
 def test_noised_marginal_markov_matches_tabular_of_enumeration():
     """Markov log p_lam(z) (forward algorithm) equals the tabular one on the enumerated chain."""
     mk = oracles.random_markov(np.random.default_rng(4), "abc", 2)

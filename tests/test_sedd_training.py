@@ -55,6 +55,7 @@ def test_sedd_model_output_and_score_param():
     assert score_entropy.SCORE_PARAMS == ("direct", "mean")
 
 
+@pytest.mark.slow
 def test_sedd_resume_is_bit_identical(tmp_path):
     c = sedd_tiny("absorb")
     c.train.num_steps, c.train.ckpt_every, c.train.log_every = 6, 3, 3
@@ -72,6 +73,7 @@ def test_sedd_resume_is_bit_identical(tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("graph", ["absorb", "uniform"])
 def test_sedd_cli_train_and_evaluate(tmp_path, graph):
     text8 = tmp_path / "tiny_text8"
@@ -110,6 +112,7 @@ def test_sedd_cli_train_and_evaluate(tmp_path, graph):
     assert bad.returncode != 0 and "imdse" in bad.stderr
 
 
+@pytest.mark.slow
 def test_sedd_oracle_cli(tmp_path):
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, "evaluate.py", "--config", "configs/oracle_sedd_tabular.py",

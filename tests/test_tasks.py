@@ -72,6 +72,7 @@ def test_oracle_config_is_not_a_training_config():
         tasks.make_task(oracle_tabular.get_config())
 
 
+@pytest.mark.slow
 def test_compute_dtype_float16_only_on_request():
     """config.model.dtype: float32 / bfloat16; float16 refused in one line unless
     config.model.allow_float16; anything else refused; likewise an unknown attention."""
@@ -100,6 +101,7 @@ def test_compute_dtype_float16_only_on_request():
     assert tasks.make_task(cfg).model.attention == "dot_product"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["masked", "sedd"])
 def test_bfloat16_training_loss_is_float32(name):
     """With dtype='bfloat16' the task's loss, per-example losses, metrics and gradients are

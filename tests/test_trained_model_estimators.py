@@ -44,6 +44,7 @@ def trained():
     return tab, task.denoiser(state.params)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:lambda_dce has infinite variance")
 def test_estimators_agree_on_trained_model(trained):
     tab, den = trained

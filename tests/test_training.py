@@ -121,6 +121,7 @@ def _leaves_equal(a, b):
 # ---------------------------------------------------------------------------------------------
 # Learning
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_loss_decreases_on_learnable_stream(tmp_path):
     result = train_run(tiny_config(), tmp_path)
     train = [r for r in read_metrics(tmp_path) if r["split"] == "train"]
@@ -142,6 +143,7 @@ def test_loss_decreases_on_learnable_stream(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Checkpoint / resume
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_resume_is_bit_identical(tmp_path):
     cfg, corpus = tiny_config(), toy_corpus()
     full = train_run(cfg, tmp_path / "full", corpus)
@@ -194,6 +196,7 @@ def test_resume_is_bit_identical(tmp_path):
     assert train_run(longer, tmp_path / "full", corpus)["step"] == 32
 
 
+@pytest.mark.slow
 def test_signal_saves_checkpoint_and_resumes(tmp_path, monkeypatch):
     cfg, corpus = tiny_config(), toy_corpus()
     real_batch = text_data.train_batch
@@ -289,6 +292,7 @@ def test_warmup_warning_only_when_the_run_ends_inside_the_warmup(decay):
         assert warning(num_steps, warmup) is None, (num_steps, warmup)
 
 
+@pytest.mark.slow
 def test_run_inside_the_warmup_logs_one_warning(tmp_path, caplog):
     """The loop logs the warning once, at the start (when none is due: the test above)."""
     import logging as logging_std
@@ -355,6 +359,7 @@ def sharded_grads(mesh) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_sharded_matches_single_device(tmp_path):
     out_file = tmp_path / "sharded.npz"
     script = _SHARDED_SCRIPT.format(repo=str(REPO), tests=str(REPO / "tests"), out=str(out_file),
@@ -379,6 +384,7 @@ def test_sharded_matches_single_device(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_cli_trains_and_writes_outputs(tmp_path, compilation_cache):
     text8 = tmp_path / "tiny_text8"
     text8.write_text((PHRASE * 800)[:30000])
@@ -448,6 +454,7 @@ def test_config_differences_new_keys():
     assert training.config_differences(saved, {"model": {"width": 64}}, ignore_new_keys=True) == ["model.width"]
 
 
+@pytest.mark.slow
 def test_corrupt_checkpoint_is_skipped_and_named(tmp_path):
     c = tiny_config(**{"train.num_steps": 4, "train.ckpt_every": 2})
     train_run(c, tmp_path)

@@ -55,6 +55,7 @@ def test_training_curves_png_refuses_what_it_cannot_draw(tmp_path):
     assert not (tmp_path / "a.png").exists()
 
 
+@pytest.mark.slow
 def test_evaluate_writes_training_curves_beside_the_report(tmp_path):
     text8 = tmp_path / "tiny_text8"
     text8.write_text((PHRASE * 800)[:30000])

@@ -68,6 +68,7 @@ def test_output_shape_dtype_normalised():
     assert float(jnp.std(out)) > 1e-2
 
 
+@pytest.mark.slow
 def test_shorter_sequence_accepted():
     model = _model()
     z = _tokens(jax.random.key(1))
@@ -78,6 +79,7 @@ def test_shorter_sequence_accepted():
     assert out.dtype == jnp.float32
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("time_conditioning", [False, True])
 def test_init_output_is_minus_log_v(time_conditioning):
     model = _model(time_conditioning=time_conditioning)
@@ -90,6 +92,7 @@ def test_init_output_is_minus_log_v(time_conditioning):
     np.testing.assert_allclose(np.asarray(out), -np.log(V), rtol=1e-7)
 
 
+@pytest.mark.slow
 def test_bidirectional_after_training_step():
     model = _model()
     z = _tokens(jax.random.key(1))
@@ -131,6 +134,7 @@ def test_bidirectional_after_training_step():
     assert float(diff[j + 1]) > 1e-6
 
 
+@pytest.mark.slow
 def test_time_free_ignores_t():
     model = _model(time_conditioning=False)
     z = _tokens(jax.random.key(1))
@@ -147,6 +151,7 @@ def test_time_free_ignores_t():
     assert "time_mlp_in" not in variables["params"]
 
 
+@pytest.mark.slow
 def test_time_conditioned_depends_on_t():
     model = _model(time_conditioning=True)
     z = _tokens(jax.random.key(1))
@@ -180,6 +185,7 @@ def test_per_token_times():
         model.apply(variables, z, jnp.zeros((B, L + 1)))
 
 
+@pytest.mark.slow
 def test_dropout_only_in_train():
     model = _model(dropout=0.3)
     z = _tokens(jax.random.key(1))
@@ -206,6 +212,7 @@ def test_dropout_only_in_train():
 BF16_ATOL = 5e-2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention", ["einsum", "dot_product"])
 def test_bfloat16_runs_float32_output(attention):
     z = _tokens(jax.random.key(1))
@@ -232,6 +239,7 @@ def test_bfloat16_runs_float32_output(attention):
     assert all(g.dtype == jnp.float32 for g in jax.tree_util.tree_leaves(grads))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("time_conditioning", [False, True])
 def test_dot_product_attention_matches_einsum(time_conditioning):
     """attention='dot_product' (jax.nn.dot_product_attention, token-major) is the einsum path's
@@ -274,6 +282,7 @@ def test_unknown_attention_and_dtype_are_refused_at_construction():
         _model(dtype=ok)
 
 
+@pytest.mark.slow
 def test_jit_matches_eager():
     model = _model(time_conditioning=True)
     z = _tokens(jax.random.key(1))
@@ -319,6 +328,7 @@ def test_time_errors():
         model.apply(variables, z, jnp.float32(0.5))
 
 
+@pytest.mark.slow
 def test_rope_relative_positions():
     K, n = 16, 12
     kq, kk = jax.random.split(jax.random.key(0))
@@ -408,6 +418,7 @@ def test_matches_the_reference_transformer(time_conditioning):
                                    err_msg=jax.tree_util.keystr(path))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape_IxO", [(48, 16), (16, 48)])
 def test_layer_norm_and_linear_gradients_are_autodiffs(shape_IxO):
     """The written-out gradients of ``layer_norm`` (vs flax's LayerNorm) and of ``linear``
@@ -437,6 +448,7 @@ def test_layer_norm_and_linear_gradients_are_autodiffs(shape_IxO):
         np.testing.assert_allclose(np.asarray(a), b, rtol=1e-4, atol=1e-5 * np.abs(b).max())
 
 
+@pytest.mark.slow
 def test_softmax_gradient_is_autodiffs():
     """The written-out gradient of ``softmax`` (from its output alone) equals autodiff's of
     ``jax.nn.softmax``, also for rows with -inf and very large scores; the values are jax's."""
@@ -454,6 +466,7 @@ def test_softmax_gradient_is_autodiffs():
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_query_blocked_attention_has_the_dense_values_and_gradients(monkeypatch):
     """Long sequences run attention by rematerialised query blocks (memory); with blocks of 4 of
     an L = 8 sequence the outputs and the parameter gradients are the dense ones (and the
