@@ -39,7 +39,7 @@ from infodiff import likelihood as lk
 from infodiff import oracles, tasks, training
 from infodiff import schedules as schedules_lib
 from infodiff.data import text as text_data
-from infodiff.validation import check_num_samples
+from infodiff.validation import check_num_samples, validate_tokens
 from infodiff.networks.text_denoisers import Denoiser
 from infodiff.processes import masked
 
@@ -159,7 +159,7 @@ def exact_time_free_values(denoiser, x_NxL: np.ndarray, vocab_size: int, schedul
 
     A time-conditioned denoiser gets t = t(lambda = m / L), as in the estimators.
     """
-    x = oracles.validate_tokens(x_NxL, vocab_size)
+    x = validate_tokens(x_NxL, vocab_size)
     N, L = x.shape
     masks = np.array(list(itertools.product([False, True], repeat=L))[1:])  # [K, L], K = 2^L - 1
     m_K = masks.sum(1)

@@ -128,6 +128,7 @@ def test_legacy_key_tuples_follow_the_schema():
 # ---------------------------------------------------------------------------------------------
 # Real reports
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_oracle_report_agrees(tmp_path):
     from configs import oracle_tabular
 
@@ -177,6 +178,7 @@ def test_input_report_agrees(tiny_run, tmp_path, kind):
     assert ("cleaning" in rep) and (("target_se" in rep) == (kind == "text"))
 
 
+@pytest.mark.slow
 def test_counts_input_report_agrees(tmp_path):
     """A Poisson run scoring a .npy of counts: the input report without text fields (no
     cleaning, rows with dims and bits_per_dim)."""

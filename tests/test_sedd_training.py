@@ -32,6 +32,7 @@ def sedd_tiny(graph: str):
     return c
 
 
+@pytest.mark.slow
 def test_sedd_model_output_and_score_param():
     c = sedd_tiny("absorb")
     task = tasks.make_task(c)

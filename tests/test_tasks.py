@@ -207,7 +207,7 @@ def test_a_registered_test_only_process_trains_and_evaluates(test_only_process, 
 
 def test_user_file_scoring_is_the_registrations():
     """Text processes score .txt / .jsonl through their task's scoring_process (a process with
-    pads); Poisson scores .npy counts; what is not supported yet is one line."""
+    pads); Poisson scores .npy counts; an estimator a process does not have is one line."""
     cfgs = _configs()
     assert [tasks.registration(cfgs[n]).input_format for n in ("masked", "sedd", "poisson")] == \
         ["text", "text", "counts"]
@@ -215,8 +215,8 @@ def test_user_file_scoring_is_the_registrations():
     assert task.scoring_process("k_dce").estimator == "k_dce"
     with pytest.raises(ValueError, match="'neyman' cannot score rows of different lengths"):
         task.scoring_process("neyman")
-    with pytest.raises(ValueError, match="needs padding in ScoreEntropyProcess"):
-        tasks.make_task(cfgs["sedd"]).scoring_process("imdse")
+    sedd_process = tasks.make_task(cfgs["sedd"]).scoring_process("imdse")
+    assert sedd_process.pad_id == sedd_process.vocab_size  # rows of any length: pads
     with pytest.raises(ValueError, match="'k_dce': a score-entropy"):
         tasks.make_task(cfgs["sedd"]).scoring_process("k_dce")
     cfgs["poisson"].data.num_train = cfgs["poisson"].data.num_valid = cfgs["poisson"].data.num_test = 64

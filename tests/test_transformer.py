@@ -385,7 +385,7 @@ def test_count_params_and_flops():
     assert flops_per_token(model_t) == flops_per_token(model)
 
 
-@pytest.mark.parametrize("time_conditioning", [False, True])
+@pytest.mark.parametrize("time_conditioning", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_matches_the_reference_transformer(time_conditioning):
     """Same parameters, same outputs as the transformer as first written (plain jnp,
     benchmarks/plain_transformer.py), so a faster layout cannot change the function."""
