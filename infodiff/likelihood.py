@@ -451,8 +451,7 @@ def _check_common(num_samples, batch_size):
     for name, v in (("num_samples", num_samples), ("batch_size", batch_size)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise TypeError(f"{name} must be an integer; got {v!r}")
-    if int(num_samples) < 2:
-        raise ValueError(f"num_samples must be >= 2 to report a standard error; got {num_samples}")
+    validation.check_num_samples(num_samples)
     if int(batch_size) < 1:
         raise ValueError(f"batch_size must be >= 1; got {batch_size}")
 
@@ -887,8 +886,7 @@ def poisson_nll(denoiser, x_BxD, key, num_samples: int = 100, sampler: str = "st
     """
     key = validation.as_key(key)
     validation.check_batch(x_BxD)
-    if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 2:
-        raise ValueError(f"num_samples = {num_samples!r} must be an integer >= 2")
+    validation.check_num_samples(num_samples)
     if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
         raise ValueError(f"batch_size = {batch_size!r} must be an integer >= 1")
     offset = 0.5

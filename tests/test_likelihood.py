@@ -273,7 +273,7 @@ def test_bad_input_is_refused(tabular):
         lk.nll(tabular, x[0], key)
     with pytest.raises(ValueError, match="unknown estimator 'bogus'"):
         lk.nll(tabular, x, key, estimator="bogus")
-    with pytest.raises(ValueError, match="num_samples must be >= 2"):
+    with pytest.raises(ValueError, match="num_samples=1 must be an integer >= 2"):
         lk.nll(tabular, x, key, num_samples=1)
     with pytest.raises(TypeError, match="num_samples must be an integer; got 2.7"):
         lk.nll(tabular, x, key, num_samples=2.7)
