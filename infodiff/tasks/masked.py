@@ -120,21 +120,13 @@ class MaskedTask(text.TextTask):
 
 def oracle_case(config, name: str = "masked") -> OracleCase:
     """Every estimator of ``eval.estimators`` with the exact denoiser of a tabular or Markov
-    oracle; with a prompt also the conditional and the log-ratio against one alternative
-    response per prompt, y' ~ p(. | x), shared by every estimator. ``name``: the process's
+    oracle; with a prompt also the conditional and the log-ratio against the case's alternative
+    responses (:func:`text.text_oracle_case`). ``name``: the process's
     registered name (the report's)."""
     ev = config.eval
     text.check_num_sequences(config)
     est_names = text.names(ev.estimators, lk.ESTIMATORS, "eval.estimators", "estimator")
-    case, orc, rng, key = text.text_oracle_case(config, name, check_prompt=True)
-    x, P = case.x, case.prompt_len
-    if P:
-        R = x.shape[1] - P
-        case.y_alt = (orc.sample_response(rng, x[:, :P], R) if config.data.name == "markov"
-                      else orc.sample_response(rng, x[:, :P]))
-        x_alt = np.concatenate([x[:, :P], case.y_alt], axis=1)
-        target = text.response_mask(x, P)
-        case.truth_r = orc.cond_log_prob(x, target) - orc.cond_log_prob(x_alt, target)
+    case, orc, key = text.text_oracle_case(config, name, check_prompt=True)
     schedule = text.schedule_from_config(config.process)
     for i, est in enumerate(est_names):
         case.estimators.append(OracleEstimator(lk.masked_process(est, schedule, orc.vocab_size), orc,

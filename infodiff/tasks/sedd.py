@@ -130,7 +130,8 @@ class SeddTask(text.TextTask):
 
 def oracle_case(config, name: str = "sedd") -> OracleCase:
     """Every graph x lam sampling of ``eval.graphs`` / ``eval.lambda_samplings`` with the exact
-    score of a tabular or Markov oracle (the conditional under the absorbing graph), plus the
+    score of a tabular or Markov oracle (with a prompt also the conditional and the coupled
+    log-ratio, under either graph), plus the
     Euler / Tweedie samplers' total variation to a small tabular law at each of
     ``eval.sampler_steps``. ``name``: the process's registered name (the report's)."""
     ev = config.eval
@@ -140,7 +141,7 @@ def oracle_case(config, name: str = "sedd") -> OracleCase:
                            "lambda sampling")
     steps_list = text.steps_list(ev.sampler_steps)
     methods = text.names(ev.sampler_methods, SAMPLERS, "eval.sampler_methods", "sampler") if steps_list else []
-    case, orc, _, key = text.text_oracle_case(config, name, check_prompt=False)
+    case, orc, key = text.text_oracle_case(config, name, check_prompt=False)
     x = case.x
     L, V = x.shape[1], orc.vocab_size
     lam_max = text.schedule_from_config(config.process).lambda_max

@@ -321,11 +321,12 @@ def check_num_sequences(config) -> None:
         raise ValueError(f"config.eval.num_sequences must be >= 1; got {ev.num_sequences}")
 
 
-def text_oracle_case(config, name: str, check_prompt: bool) -> tuple[OracleCase, object, np.random.Generator, jax.Array]:
-    """(case, oracle, rng, key): the items of a text oracle config with their exact -log p(x)
-    and, with a prompt, the exact conditional -log p(y | x) (``case.estimators`` empty, for the
-    process to fill); ``rng`` is the items' generator (its next draws are the process's) and
-    ``key`` the estimators' root key. ``name``: the process, for the report; ``check_prompt``:
+def text_oracle_case(config, name: str, check_prompt: bool) -> tuple[OracleCase, object, jax.Array]:
+    """(case, oracle, key): the items of a text oracle config with their exact -log p(x) and,
+    with a prompt, the exact conditional -log p(y | x) and one alternative response per prompt,
+    y' ~ p(. | x) (drawn after the items), with the exact log p(y | x) - log p(y' | x), shared by
+    every estimator (``case.estimators`` empty, for the process to fill); ``key`` is the
+    estimators' root key. ``name``: the process, for the report; ``check_prompt``:
     refuse a prompt length out of range (ValueError) rather than scoring without a prompt."""
     ev = config.eval
     schedule = schedule_from_config(config.process)
@@ -340,8 +341,13 @@ def text_oracle_case(config, name: str, check_prompt: bool) -> tuple[OracleCase,
                       info={"table": source, "alphabet": orc.alphabet, "order": getattr(orc, "order", None)},
                       prompt_len=P if R > 0 else 0)
     if case.prompt_len:
-        case.truth_c = -orc.cond_log_prob(x, response_mask(x, P))
-    return case, orc, rng, jax.random.PRNGKey(ev.seed)
+        target = response_mask(x, P)
+        case.truth_c = -orc.cond_log_prob(x, target)
+        case.y_alt = (orc.sample_response(rng, x[:, :P], R) if config.data.name == "markov"
+                      else orc.sample_response(rng, x[:, :P]))
+        x_alt = np.concatenate([x[:, :P], case.y_alt], axis=1)
+        case.truth_r = orc.cond_log_prob(x, target) - orc.cond_log_prob(x_alt, target)
+    return case, orc, jax.random.PRNGKey(ev.seed)
 
 
 def response_mask(x, P: int) -> np.ndarray:
