@@ -191,7 +191,7 @@ def contract_cases(name: str = "masked", estimators=masked_lib.ESTIMATORS) -> li
     return out
 
 
-def _calibration_laws():
+def calibration_laws():
     """The calibration tables: (tabular law, 400 items, exact -log p) and (Markov law, 400
     prompt/response items, exact -log p(y | x) with the prompt the first 8 tokens)."""
     from infodiff import oracles
@@ -214,7 +214,7 @@ def calibration_cases() -> list[CalibrationCase]:
     pilot) and the coupled log-ratio (k_dce, neyman) over 400 Markov prompt/response pairs."""
     import functools
 
-    laws = functools.cache(_calibration_laws)
+    laws = functools.cache(calibration_laws)
 
     def unconditional(est):
         def run():
