@@ -15,3 +15,26 @@ def pytest_sessionfinish(session, exitstatus):
     del session, exitstatus
     if _CACHE:
         shutil.rmtree(_CACHE, ignore_errors=True)
+
+
+# A test-only process: the masked process registered under another name. It gets every
+# generated contract, calibration and resume test (tests/test_processes.py, test_calibration.py,
+# test_training.py) with no edit there; those files assert that its cases are among their ids.
+import dataclasses  # noqa: E402
+
+from infodiff import tasks  # noqa: E402
+from infodiff.tasks import masked as _masked  # noqa: E402
+
+TEST_PROCESS = "test_masked"
+
+
+def _test_calibration_cases():
+    k_dce = next(c for c in _masked.calibration_cases() if c.name == "k_dce")
+    return [dataclasses.replace(k_dce, name=f"{TEST_PROCESS} k_dce")]
+
+
+tasks.register(dataclasses.replace(
+    _masked.REGISTRATION, name=TEST_PROCESS,
+    contract_cases=lambda: _masked.contract_cases(TEST_PROCESS, ("k_dce",)),
+    calibration_cases=_test_calibration_cases,
+    tiny_config=lambda: _masked.tiny_config(TEST_PROCESS)))

@@ -15,6 +15,7 @@ from infodiff import evaluation
 from infodiff import likelihood as lk
 from infodiff import tasks, training
 from infodiff.data import counts as counts_lib
+from infodiff.tasks import poisson as poisson_task
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -109,15 +110,15 @@ def test_bad_inputs(tmp_path):
         training.load_checkpoint(str(tmp_path / "nothing"), tasks.make_task(_tiny_config(), data=data))
 
 
-# Overrides shared by the CLI run and the in-process run (a tiny synthetic problem).
-_OVER = {"data.num_train": 256, "data.num_valid": 64, "data.num_test": 64, "model.hidden": 16,
-         "model.num_layers": 1, "model.emb_dim": 8, "train.num_steps": 4, "train.batch_size": 32,
-         "train.eval_batches": 1, "train.log_every": 2, "train.eval_every": 100,
-         "train.ckpt_every": 2, "optim.warmup_steps": 1}
+# Overrides shared by the CLI run and the in-process run (a tiny synthetic problem): the
+# registration's tiny run.
+_OVER = poisson_task.TINY_RUN
 
 
 @pytest.mark.slow
-def test_cli_train_then_library_resume_is_bit_identical_and_evaluate(tmp_path):
+def test_cli_train_equals_library_resume_and_evaluate(tmp_path):
+    """train.py's run equals the library's interrupted and resumed run (the generated resume test
+    of test_training.py covers the library alone); then evaluate.py on it."""
     from configs import poisson_synthetic
 
     env = dict(os.environ, JAX_PLATFORMS="cpu")

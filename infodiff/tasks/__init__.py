@@ -51,6 +51,9 @@ __all__ = [
     "OracleCase",
     "OracleEstimator",
     "INPUT_FORMATS",
+    "ContractCase",
+    "repo_config",
+    "CalibrationCase",
     # re-exported from the process modules
     "TextTask", "MaskedTask", "SeddTask", "PoissonTask",
     "load_text_corpus", "make_transformer", "compute_dtype", "schedule_from_config", "make_mask_spec",
@@ -282,6 +285,56 @@ class OracleCase:
 
 
 # ---------------------------------------------------------------------------------------------
+# Contract material: what the test suite checks of every registration
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class ContractCase:
+    """One estimator of a process with an exact denoiser, for the contract tests
+    (``tests/test_processes.py``): the estimate is within 4 SE of ``truth`` (unless
+    ``process.infinite_variance``), the training loss under ``train_process`` has mean
+    ``train_truth`` (None: ``truth``), the noise never reads the data, sliced calls agree.
+
+    Attributes:
+      name: the test id, ``'<registration>:<estimator>'``.
+      process: the estimation Process.
+      train_process: the training Process (None: no training law to compare).
+      denoiser: the exact (oracle) denoiser / score.
+      x: items [N, L] (int32 tokens or float32 scaled counts).
+      truth: float64 [N] exact -log p(x), nats.
+      train_truth: float64 [N] what the training loss estimates (truth minus the exact terms it
+        omits), or None: ``truth``.
+      num_samples: Monte Carlo samples of the estimate.
+      slow: whether the 4-SE estimate check is left out of the fast tier.
+    """
+
+    name: str
+    process: Any
+    train_process: Any
+    denoiser: Any
+    x: np.ndarray
+    truth: np.ndarray
+    train_truth: np.ndarray | None
+    num_samples: int
+    slow: bool = False
+
+
+@dataclasses.dataclass
+class CalibrationCase:
+    """One SE-calibration check (``tests/test_calibration.py``): ``estimate()`` returns
+    ``(Estimate over N independent cases, float64 [N] exact values)``, built lazily (heavy).
+
+    Attributes:
+      name: the test id and the printed label.
+      estimate: ``() -> (likelihood.Estimate, truth_N)``.
+      xfail: a known under-coverage, the reason (a strict xfail), or None.
+    """
+
+    name: str
+    estimate: Callable[[], tuple[Any, np.ndarray]]
+    xfail: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
 # The registry
 # ---------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
@@ -298,6 +351,11 @@ class Registration:
         (:class:`config_rules.Conditional`; checked by :mod:`infodiff.config_usage`).
       input_format: the user files ``evaluate.py --config.eval.input=FILE`` scores, one of
         :data:`INPUT_FORMATS`.
+      contract_cases: ``() -> list[ContractCase]``: its estimators against exact oracles (built
+        lazily: importing the registry stays cheap).
+      calibration_cases: ``() -> list[CalibrationCase]``: its SE-calibration checks.
+      tiny_config: ``() -> ConfigDict``: a few-step tiny training run (bit-identical resume
+        test), its data built from the config alone; None: not trained.
     """
 
     name: str
@@ -305,6 +363,9 @@ class Registration:
     oracle_case: Callable[[ml_collections.ConfigDict], OracleCase]
     conditional: tuple[config_rules.Conditional, ...] = ()
     input_format: str = "text"
+    contract_cases: Callable[[], list[ContractCase]] = list
+    calibration_cases: Callable[[], list[CalibrationCase]] = list
+    tiny_config: Callable[[], ml_collections.ConfigDict] | None = None
 
 
 REGISTRY: dict[str, Registration] = {}
@@ -328,6 +389,19 @@ def registration(config: ml_collections.ConfigDict) -> Registration:
     if reg is None:
         raise ValueError(f"config.process.name={name!r}; choose from {tuple(REGISTRY)}")
     return reg
+
+
+def repo_config(module: str, overrides: dict) -> ml_collections.ConfigDict:
+    """``configs/<module>.py``'s ``get_config()`` with ``overrides`` ({'section.key': value})
+    applied: the registrations' ``tiny_config`` (needs the repository root on ``sys.path``, as
+    the entry points and the test suite have it)."""
+    import importlib
+
+    config = importlib.import_module(f"configs.{module}").get_config()
+    for dotted, value in overrides.items():
+        section, key = dotted.split(".")
+        config[section][key] = value
+    return config
 
 
 def process_name(config: ml_collections.ConfigDict) -> str:

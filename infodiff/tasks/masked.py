@@ -19,7 +19,8 @@ from infodiff.denoisers import NoParams
 from infodiff.networks.text_denoisers import Denoiser
 from infodiff.processes import base
 from infodiff.processes import masked as masked_lib
-from infodiff.tasks import OracleCase, OracleEstimator, Registration, register
+from infodiff.tasks import (CalibrationCase, ContractCase, OracleCase, OracleEstimator, Registration, register,
+                            repo_config)
 from infodiff.tasks import text
 
 __all__ = ["MaskedTask", "make_mask_spec", "oracle_case", "SCORING_ESTIMATORS", "REGISTRATION"]
@@ -140,5 +141,104 @@ RULES: tuple[cr.Conditional, ...] = (
                    cr.equals("process.objective", "t_dce", "lambda_dce")),
 )
 
+# ---- contract material (tests/test_processes.py, test_calibration.py, the resume test) ----
+# A few-step tiny run: configs/masked_text.py (the embedded corpus) at 1 layer, width 32, L = 16.
+TINY_RUN = {"model.num_layers": 1, "model.num_heads": 2, "model.width": 32, "data.seq_len": 16,
+            "train.batch_size": 8, "train.num_steps": 4, "train.log_every": 2, "train.ckpt_every": 2,
+            "train.eval_every": 1000, "train.eval_batches": 1, "optim.lr": 3e-3, "optim.warmup_steps": 2}
+
+
+def tiny_config(name: str = "masked") -> ml_collections.ConfigDict:
+    """The tiny masked run (:data:`TINY_RUN`) under the registered ``name``."""
+    return repo_config("masked_text", {**TINY_RUN, "process.name": name})
+
+
+def contract_table():
+    """The contract tests' tabular law (4 letters, L = 6) and 4 items with their exact -log p
+    (float64 [4], nats); shared by the text processes."""
+    from infodiff import oracles
+
+    tab = oracles.random_tabular(np.random.default_rng(0), "ACGT", 6, 32)
+    x = tab.sample(np.random.default_rng(1), 4)
+    return tab, x, -tab.log_prob(x)
+
+
+def contract_cases(name: str = "masked", estimators=masked_lib.ESTIMATORS) -> list[ContractCase]:
+    """Every masked estimator with the exact tabular denoiser; the training law of each objective
+    that is an unbiased estimate (not t_dce's boundary-free bound, not lambda_dce's infinite
+    variance); neyman enumerates every stratum at L = 6 (exact, SE 0). Ids
+    ``'<name>:<estimator>'``."""
+    from infodiff import schedules
+
+    tab, x, truth = contract_table()
+    V = tab.vocab_size
+    lin = schedules.LinearSchedule()
+    out = []
+    for est in estimators:
+        train = None
+        if est in masked_lib.OBJECTIVES and est not in ("t_dce", "lambda_dce"):
+            train = masked_lib.MaskedProcess(masked_lib.MaskSpec(est, lin, exact_boundaries=False, antithetic=False), V)
+        out.append(ContractCase(f"{name}:{est}", lk.masked_process(est, lin, V), train, tab, x, truth, truth,
+                                128 if est in ("stratified", "neyman") else 1024))
+    return out
+
+
+def calibration_laws():
+    """The calibration tables: (tabular law, 400 items, exact -log p) and (Markov law, 400
+    prompt/response items, exact -log p(y | x) with the prompt the first 8 tokens)."""
+    from infodiff import oracles
+
+    rng = np.random.default_rng(0)
+    tab = oracles.random_tabular(rng, "ACGT", 6, 64, 0.5)
+    x = tab.sample(rng, CALIBRATION_CASES)
+    rng = np.random.default_rng(1)
+    mk = oracles.random_markov(rng, "ACGT", 2, 0.5, seq_len=20)
+    xm = mk.sample(rng, CALIBRATION_CASES)
+    return (tab, x, -tab.log_prob(x)), (mk, xm, -mk.cond_log_prob(xm, text.response_mask(xm, 8)))
+
+
+CALIBRATION_CASES = 400
+
+
+def calibration_cases() -> list[CalibrationCase]:
+    """Each finite-variance estimator at its ``MIN_SAMPLES`` over 400 tabular sequences; the
+    conditional (k_dce, stratified, neyman with a budget of 16 rounds: >= min_samples after its
+    pilot) and the coupled log-ratio (k_dce, neyman) over 400 Markov prompt/response pairs."""
+    import functools
+
+    laws = functools.cache(calibration_laws)
+
+    def unconditional(est):
+        def run():
+            tab, x, truth = laws()[0]
+            S = masked_lib.MIN_SAMPLES[est]
+            return lk.nll(tab, x, jax.random.PRNGKey(10 + S), estimator=est, num_samples=S), truth
+        return run
+
+    def conditional(est):
+        def run():
+            mk, x, truth = laws()[1]
+            S = 16 if est == "neyman" else masked_lib.MIN_SAMPLES[est]
+            return lk.conditional_nll(mk, x[:, :8], x[:, 8:], jax.random.PRNGKey(20 + S), estimator=est,
+                                      num_samples=S), truth
+        return run
+
+    def ratio(est):
+        def run():
+            mk, x, _ = laws()[1]
+            y_alt = mk.sample_response(np.random.default_rng(5), x[:, :8], 12)
+            target = text.response_mask(x, 8)
+            truth = mk.cond_log_prob(x, target) - mk.cond_log_prob(np.concatenate([x[:, :8], y_alt], 1), target)
+            S = 16 if est == "neyman" else masked_lib.MIN_SAMPLES[est]
+            return lk.log_ratio(mk, x[:, :8], x[:, 8:], y_alt, jax.random.PRNGKey(7), estimator=est,
+                                num_samples=S), truth
+        return run
+
+    return ([CalibrationCase(est, unconditional(est)) for est in ("t_dce", "k_dce", "time_free", "stratified")]
+            + [CalibrationCase(f"{est} conditional", conditional(est)) for est in ("k_dce", "stratified", "neyman")]
+            + [CalibrationCase(f"{est} coupled log-ratio", ratio(est)) for est in ("k_dce", "neyman")])
+
+
 REGISTRATION = register(Registration(name="masked", task=MaskedTask, oracle_case=oracle_case,
-                                     conditional=RULES, input_format="text"))
+                                     conditional=RULES, input_format="text", contract_cases=contract_cases,
+                                     calibration_cases=calibration_cases, tiny_config=tiny_config))

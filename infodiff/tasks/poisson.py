@@ -22,7 +22,8 @@ from infodiff.data import counts as counts_lib
 from infodiff.denoisers import NoParams
 from infodiff.networks import count_denoisers as cd
 from infodiff.processes import base, poisson
-from infodiff.tasks import LN2, Figure, OracleCase, OracleEstimator, Registration, Task, register
+from infodiff.tasks import (LN2, ContractCase, Figure, OracleCase, OracleEstimator, Registration, Task, register,
+                            repo_config)
 from infodiff.tasks.text import steps_list
 
 __all__ = ["PoissonTask", "load_count_data", "synthetic_distribution", "oracle_distribution", "synthetic_dim",
@@ -588,5 +589,34 @@ RULES: tuple[cr.Conditional, ...] = (
              lambda c: len(tuple(cr.get(c, "eval.sampler_steps", ()) or ())) > 0, _ORACLE),
 )
 
+# ---- contract material (tests/test_processes.py, the resume test) ----
+# A few-step tiny run: configs/poisson_synthetic.py at 256 training items, a 1-layer MLP of 16.
+TINY_RUN = {"data.num_train": 256, "data.num_valid": 64, "data.num_test": 64, "model.hidden": 16,
+            "model.num_layers": 1, "model.emb_dim": 8, "train.num_steps": 4, "train.batch_size": 32,
+            "train.eval_batches": 1, "train.log_every": 2, "train.eval_every": 100,
+            "train.ckpt_every": 2, "optim.warmup_steps": 1}
+
+
+def tiny_config() -> ml_collections.ConfigDict:
+    """configs/poisson_synthetic.py at :data:`TINY_RUN`."""
+    return repo_config("poisson_synthetic", TINY_RUN)
+
+
+def contract_cases() -> list[ContractCase]:
+    """The logistic log-SNR sampler with the exact posterior of a 1-D zero-inflated Poisson law
+    (max count 12) on 4 items; the training law (the same logistic proposal) estimates the NLL."""
+    from infodiff.data import count_synthetic as cs
+
+    dist = cs.get_distribution("zip", max_count=12)
+    sc = poisson.CountScaling(12, 1.0, 2.0)
+    counts = np.asarray(dist.sample(np.random.default_rng(2), 4, dim=1)).reshape(4, 1)
+    loc, scale, clip = poisson.suggest_logistic(sc.scale(counts), sc.spacing)
+    proc = poisson.estimation_process(4096, "logistic", loc, scale, clip, scaling=sc)
+    train = poisson.PoissonProcess(loc=loc, scale=scale, clip=clip)
+    return [ContractCase("poisson:logistic", proc, train, dist.oracle(sc, dim=1), sc.scale(counts),
+                         -dist.log_prob(counts[:, 0]), None, 4096)]
+
+
 REGISTRATION = register(Registration(name="poisson", task=PoissonTask, oracle_case=oracle_case,
-                                     conditional=RULES, input_format="counts"))
+                                     conditional=RULES, input_format="counts", contract_cases=contract_cases,
+                                     tiny_config=tiny_config))

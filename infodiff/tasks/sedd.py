@@ -8,6 +8,8 @@ Loss: sigma(t) x score entropy (SEDD Eq. 3, ``processes/score_entropy.py``), gra
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import ml_collections
 import numpy as np
@@ -15,7 +17,8 @@ import numpy as np
 from infodiff.networks.text_denoisers import ScoreModel
 from infodiff.processes import base
 from infodiff.processes import score_entropy
-from infodiff.tasks import OracleCase, OracleEstimator, Registration, register
+from infodiff.tasks import (CalibrationCase, ContractCase, OracleCase, OracleEstimator, Registration, register,
+                            repo_config)
 from infodiff.tasks import text
 from infodiff.validation import check_num_samples
 
@@ -180,5 +183,92 @@ def oracle_case(config, name: str = "sedd") -> OracleCase:
     return case
 
 
+# ---- contract material (tests/test_processes.py, test_calibration.py, the resume test) ----
+def tiny_config() -> ml_collections.ConfigDict:
+    """configs/sedd_absorb_text.py at the tiny masked run's size (``masked.TINY_RUN``)."""
+    from infodiff.tasks import masked
+
+    return repo_config("sedd_absorb_text", masked.TINY_RUN)
+
+
+def contract_cases() -> list[ContractCase]:
+    """Each graph with its default estimation law and the exact score of the contract tabular
+    law; the training law ('time', log-linear schedule) estimates the NLL less the exact prior
+    term."""
+    from infodiff import denoisers, schedules
+    from infodiff.tasks import masked
+
+    tab, x, truth = masked.contract_table()
+    V = tab.vocab_size
+    loglin = schedules.LogLinearSchedule()
+    out = []
+    for graph in score_entropy.GRAPHS:
+        proc = score_entropy.ScoreEntropyProcess(graph=graph, vocab_size=V, lam_max=loglin.lambda_max,
+                                                 noise_law=score_entropy.DEFAULT_LAMBDA_SAMPLING[graph])
+        train = score_entropy.ScoreEntropyProcess(graph=graph, vocab_size=V, noise_law="time", schedule=loglin,
+                                                  antithetic=False)
+        den = score_entropy.OracleScore(tab, graph)
+        prior = proc.exact_terms(*denoisers.split(den), x, np.ones(x.shape, bool), 64)["prior"]
+        out.append(ContractCase(f"sedd:{graph}", proc, train, den, x, truth, truth - prior, 1024))
+    return out
+
+
+_UNIFORM_UNDERCOVERS = (
+    "the uniform graph's SE under-covers at min_samples = 512: coverage 0.900 (accepted [0.907, 0.983]); "
+    "heavy tails (the 'importance' law's third moment diverges), a known limit reported to the lead, not hidden")
+
+
+def calibration_cases() -> list[CalibrationCase]:
+    """Each graph x finite-variance law at ``min_samples`` over a 3-letter L = 4 tabular law
+    (400 sequences; 300 under the uniform graph); the uniform graph with a clean 1-token prompt:
+    -log p(y | x) (a strict xfail: :data:`_UNIFORM_UNDERCOVERS`) and the coupled log-ratio (pairs
+    with y' = y are exactly 0 with SE 0 and left out)."""
+    from infodiff import likelihood as lk
+    from infodiff import oracles, schedules
+    from infodiff.tasks import masked
+
+    lam_max = schedules.LogLinearSchedule().lambda_max
+
+    def table(n):
+        rng = np.random.default_rng(2)
+        tab = oracles.random_tabular(rng, "ACG", 4, 27, 0.5)
+        return tab, tab.sample(rng, n), rng
+
+    def unconditional(graph, law):
+        def run():
+            tab, x, _ = table(300 if graph == "uniform" else masked.CALIBRATION_CASES)
+            process = score_entropy.ScoreEntropyProcess(graph=graph, vocab_size=3, noise_law=law, lam_max=lam_max)
+            return lk.nll(score_entropy.OracleScore(tab, graph), x, jax.random.PRNGKey(30), process=process,
+                          num_samples=process.min_samples), -tab.log_prob(x)
+        return run
+
+    def uniform_prompted(kind):
+        def run():
+            tab, x, rng = table(300)
+            target = text.response_mask(x, 1)
+            process = score_entropy.ScoreEntropyProcess(graph="uniform", vocab_size=3, noise_law="importance",
+                                                        lam_max=lam_max)
+            score = score_entropy.OracleScore(tab, "uniform")
+            if kind == "conditional":
+                return lk.conditional_nll(score, x[:, :1], x[:, 1:], jax.random.PRNGKey(31), process=process,
+                                          num_samples=process.min_samples), -tab.cond_log_prob(x, target)
+            y_alt = tab.sample_response(rng, x[:, :1])
+            truth = tab.cond_log_prob(x, target) - tab.cond_log_prob(np.concatenate([x[:, :1], y_alt], 1), target)
+            est = lk.log_ratio(score, x[:, :1], x[:, 1:], y_alt, jax.random.PRNGKey(32), process=process,
+                               num_samples=process.min_samples)
+            same = np.all(y_alt == x[:, 1:], axis=1)  # an identical pair: exactly 0 with SE 0
+            assert np.all(est.mean[same] == 0) and np.all(est.stderr[same] == 0)
+            est = dataclasses.replace(est, samples=est.samples[~same],
+                                      exact={k: v[~same] for k, v in est.exact.items()})
+            return est, truth[~same]
+        return run
+
+    return ([CalibrationCase(f"imdse {g}:{law}", unconditional(g, law))
+             for g, law in (("absorb", "defensive"), ("absorb", "importance"), ("uniform", "importance"))]
+            + [CalibrationCase("imdse uniform conditional", uniform_prompted("conditional"), xfail=_UNIFORM_UNDERCOVERS),
+               CalibrationCase("imdse uniform coupled log-ratio", uniform_prompted("coupled log-ratio"))])
+
+
 REGISTRATION = register(Registration(name="sedd", task=SeddTask, oracle_case=oracle_case,
-                                     conditional=text.RULES, input_format="text"))
+                                     conditional=text.RULES, input_format="text", contract_cases=contract_cases,
+                                     calibration_cases=calibration_cases, tiny_config=tiny_config))
