@@ -413,6 +413,7 @@ def test_poisson_counts_file(poisson_run, tmp_path):
     c.eval.input = str(f)
     rep, out = evaluation.evaluate(c, str(d))
     assert rep["input"]["format"] == "counts" and rep["input"]["rows"] == 4 and "cleaning" not in rep
+    assert rep["kind"] == "input" and "NELBO" in rep["units"]["nll"] and rep["process"]["name"] == "poisson"
     assert not Path(out).exists()  # nothing is written before the report is printed
     evaluation.write_report(rep, out)  # rows.* with the report, as one unit
     rows = [json.loads(x) for x in (Path(out) / "rows.jsonl").read_text().splitlines()]
