@@ -41,6 +41,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval.estimator = "imdse"          # the I-MDSE likelihood (the only SEDD estimator)
     c.eval.lambda_sampling = "defensive"  # defensive | importance (finite variance) | uniform (infinite)
     c.eval.num_samples = 4
+    c.eval.input_samples = 128          # per window of a user's file: the absorbing graph's min_samples
     c.eval.sampler = "tweedie"          # tweedie (SEDD 'analytic') | euler
     c.eval.sample_steps = 64
     return c

@@ -23,6 +23,7 @@ def get_config():
     c.experiment = "sedd_uniform_text"
     c.process.graph = "uniform"
     c.eval.lambda_sampling = "importance"  # lowest per-sample SD for this graph (RESULTS.md)
+    c.eval.input_samples = 512             # per window of a user's file: the uniform graph's min_samples
     # Probability that a training sequence keeps a clean prefix (seen at lam = 0, not scored), so
     # that the network learns the scores of -log p(y | x) with a clean prompt x. 0 = SEDD's
     # objective; e.g. 0.5 for a network meant for conditionals (imdse_conditional_nll).

@@ -1,11 +1,15 @@
-"""Score your own text with a trained masked-diffusion run: -log p(text), -log p(response | prompt)
-and coupled log-ratios, each per row with a standard error (docs/scoring.md).
+"""Score your own text with a trained text run (masked diffusion, or SEDD under the absorbing or
+uniform graph): -log p(text), -log p(response | prompt) and coupled log-ratios, each per row with
+a standard error (docs/scoring.md).
 
     run = infodiff.load_run("runs/masked_text")
     est = run.nll(["In the beginning God created the heaven and the earth."])
     est.mean, est.stderr                     # nats per document, float64 [N]
     run.conditional_nll(prompts, responses)  # -log p(response | prompt), nats per response
     run.log_ratio(prompts, a, b)             # log p(a | prompt) - log p(b | prompt), coupled
+
+Every -log p of a trained network is its NELBO: an upper bound on the network's own -log p
+(equal to it for an exact denoiser); a log-ratio is a difference of two NELBOs (not a bound).
 
 Text is cleaned with the corpus's own rules (:func:`infodiff.data.text.clean_text8`, text8's
 alphabet) and fitted to the model's length L without user padding:
@@ -17,13 +21,17 @@ alphabet) and fitted to the model's length L without user padding:
   (prompt, then one space) and the response, padded to L; a longer response is scored in pieces
   of L // 2 characters, each given the L - L // 2 characters before it (the chain rule of a model
   with a window of L characters);
-* pads hold the mask token throughout and are never scored (``likelihood.nll(pad_BxL=...)``), so
-  a short window's estimate is of the marginal -log p of its characters: with an exact denoiser
-  it equals the exact value (tests/test_scoring.py).
+* pads hold the process's ``pad_id`` and are never scored (``likelihood.nll(pad_BxL=...)``): the
+  mask token (masked, SEDD absorbing graph) or pure noise, lam = 1 (SEDD uniform graph); either
+  way a short window's estimate is of the marginal -log p of its characters: with an exact
+  denoiser or score it equals the exact value (tests/test_scoring.py).
 
 The windows of a row are independent Monte Carlo estimates; a row's samples are the sums of its
-windows' samples, so its SE is that of the sum. The estimator must take one forward pass per
-sample (k_dce, the text configs' default, t_dce, time_free or lambda_dce): rows differ in length.
+windows' samples, so its SE is that of the sum. The estimator is the task's ``scoring_process``:
+one forward pass per sample (masked: k_dce, the text configs' default, t_dce, time_free or
+lambda_dce; SEDD: imdse), as rows differ in length. Below the process's ``min_samples`` per
+window (k_dce 16, SEDD absorb 128, uniform 512) the per-row SEs are flagged
+(``Estimate.few_samples``) and :func:`load_run` logs a warning.
 """
 
 from __future__ import annotations
@@ -168,7 +176,7 @@ def _nonempty(ids, what):
 
 
 class Run:
-    """A trained masked-diffusion text run ready to score strings (:func:`load_run`).
+    """A trained text run (masked or SEDD) ready to score strings (:func:`load_run`).
 
     Attributes: ``workdir``, ``config``, ``task``, ``denoiser``, ``process`` (the estimator),
     ``seq_len`` (L), ``checkpoint_step``, ``num_samples`` (per window, default
@@ -326,9 +334,11 @@ def load_run(workdir: str, *, estimator: str | None = None, num_samples: int | N
 
     Args:
       workdir: the training run's directory.
-      estimator: default the run's ``eval.estimator``; one of :data:`SCORING_ESTIMATORS`.
+      estimator: default the run's ``eval.estimator``: masked, one of :data:`SCORING_ESTIMATORS`;
+        SEDD, 'imdse'.
       num_samples: Monte Carlo samples per window, default ``eval.input_samples`` (32 where the
-        run's config predates it).
+        run's config predates it). Fewer than the process's ``min_samples`` is allowed but logs
+        a one-line warning, and every Estimate says so (``few_samples``).
       use_ema: default ``eval.use_ema``.
       config: a resolved config to use instead of the saved one (evaluate.py passes its own).
     Raises:
@@ -350,7 +360,14 @@ def load_run(workdir: str, *, estimator: str | None = None, num_samples: int | N
     params, meta = training.load_params(workdir, task, ema=ema)
     den = task.denoiser(params)
     S = num_samples if num_samples is not None else ev.get("input_samples", DEFAULT_INPUT_SAMPLES)
-    check_num_samples(S, "num_samples" if num_samples is not None else "config.eval.input_samples")
+    name = "num_samples" if num_samples is not None else "config.eval.input_samples"
+    check_num_samples(S, name)
+    if int(S) < int(process.min_samples):
+        from absl import logging
+
+        logging.warning("%s=%d is below the %s estimator's min_samples=%d: the per-row SEs are too small "
+                        "(flagged few_samples); use at least %d", name, int(S), process.estimator,
+                        int(process.min_samples), int(process.min_samples))
     cap = DEFAULT_MAX_SAMPLES
     if float(ev.get("target_se", 0.0) or 0.0) > 0:
         cap = int(ev.get("input_max_samples", DEFAULT_MAX_SAMPLES))

@@ -406,3 +406,79 @@ def test_usable_cores_follow_the_affinity_and_a_cgroup_quota(monkeypatch, tmp_pa
                         ("garbage", 16)):
         quota.write_text(text)
         assert cli.usable_cores() == cores, text
+
+
+# ---------------------------------------------------------------------------------------------
+# A SEDD run scores a user's .txt / .jsonl (evaluate.py --config.eval.input=FILE and the API)
+# ---------------------------------------------------------------------------------------------
+def _sedd_run(tmp_path, graph):
+    """A tiny SEDD run (configs/sedd_<graph>_text.py shrunk, 20 steps on the toy corpus)."""
+    import importlib
+
+    from tests.test_training import train_run
+
+    c = importlib.import_module(f"configs.sedd_{graph}_text").get_config()
+    for k, v in {"model.num_layers": 1, "model.num_heads": 2, "model.width": 32, "data.seq_len": 16,
+                 "train.batch_size": 8, "train.num_steps": 20, "train.log_every": 10, "train.eval_every": 1000,
+                 "train.eval_batches": 1, "train.ckpt_every": 20, "optim.warmup_steps": 2,
+                 "eval.num_generate": 0}.items():
+        section, name = k.split(".")
+        c[section][name] = v
+    wd = tmp_path / f"sedd_{graph}"
+    train_run(c, str(wd))
+    return wd
+
+
+def _lines(path, rows):
+    path.write_text("".join((json.dumps(r) if isinstance(r, dict) else r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("graph, min_samples", [("absorb", 128), ("uniform", 512)])
+def test_sedd_run_scores_text_pairs_and_ratios(tmp_path, graph, min_samples):
+    import infodiff
+    from ml_collections import ConfigDict
+
+    from infodiff import evaluation, training
+
+    wd = _sedd_run(tmp_path, graph)
+    docs = _lines(tmp_path / "docs.txt", ["The cat sat on the mat, and then a line longer than the model.", "",
+                                           "Short."])
+    r = _run(["--workdir", str(wd), f"--config.eval.input={docs}", "--config.eval.input_samples=8"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"config.eval.input_samples=8 is below the imdse_{graph}" in r.stderr  # the one-line warning
+    out = wd / "scores" / "docs.txt"
+    rep = json.loads((out / "report.json").read_text())
+    rows = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
+    assert rep["kind"] == "input" and rep["input"]["format"] == "text" and rep["process"]["graph"] == graph
+    assert rep["estimator"].startswith(f"imdse_{graph}:") and "NELBO" in rep["units"]["nll"]
+    assert [x["id"] for x in rows] == ["1", "3"] and [x["windows"] for x in rows] == [4, 1]
+    assert all(x["se"] > 0 and np.isfinite(x["value"]) and np.isfinite(x["se"]) for x in rows)
+    assert rep["few_samples"] and rep["min_samples"] == min_samples
+    assert any(f"use --config.eval.input_samples={min_samples}" in n for n in rep["notes"])
+    assert "NELBO" in r.stdout
+
+    cfg = ConfigDict(training.saved_config(str(wd)))
+    assert cfg.eval.input_samples == min_samples  # the config's default is the process's minimum
+    cfg.eval.input_samples = 8
+    prompts, ys, alts = ["the cat sat on", "", "and the dog ate the hat and the cat"], ["the mat", "the cat", "the hat"], \
+        ["the hat", "tac eht", "the mat"]
+    cfg.eval.input = str(_lines(tmp_path / "pairs.jsonl", [{"prompt": p, "response": y} for p, y in zip(prompts, ys)]))
+    rep, _ = evaluation.evaluate(cfg, str(wd))
+    assert rep["input"]["format"] == "pairs" and rep["input"]["rows"] == 3
+    assert all(x["se"] > 0 and np.isfinite(x["value"]) for x in rep["rows_preview"])
+    assert [x["context_chars"] for x in rep["rows_preview"]] == [9, 0, 9]  # L - 7 of the prompt (+ space)
+    cfg.eval.input = str(_lines(tmp_path / "ab.jsonl", [{"prompt": p, "a": a, "b": b}
+                                                         for p, a, b in zip(prompts, ys, alts)]))
+    rep, _ = evaluation.evaluate(cfg, str(wd))
+    assert rep["input"]["format"] == "ratios" and rep["estimator"].endswith(":coupled")
+    assert "not a bound" in rep["units"]["nll"]
+    assert all(x["se"] > 0 and np.isfinite(x["value"]) and x["se_decoupled"] > 0 for x in rep["rows_preview"])
+
+    run = infodiff.load_run(str(wd), num_samples=8)
+    n, c, lr = run.nll(["the cat sat"]), run.conditional_nll(prompts, ys), run.log_ratio(prompts, ys, alts)
+    assert n.mean.shape == (1,) and c.mean.shape == lr.mean.shape == (3,)
+    assert n.few_samples and np.all(c.stderr > 0) and np.all(np.isfinite(lr.mean))
+    with pytest.raises(ValueError, match="scores text with 'imdse'"):
+        infodiff.load_run(str(wd), estimator="k_dce")

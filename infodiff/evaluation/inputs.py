@@ -1,7 +1,9 @@
 """``evaluate.py --workdir W --config.eval.input=FILE``: score a user's file with a trained
 run and write a report, per-row files and plots. What a run scores is its process
-registration's ``input_format`` (:mod:`infodiff.tasks`): 'text' (:mod:`infodiff.scoring`) or
-'counts' (a ``.npy`` of counts [N, *event_shape] or [N, D] -> -log P(x) per example).
+registration's ``input_format`` (:mod:`infodiff.tasks`): 'text' (masked and SEDD runs, through
+:mod:`infodiff.scoring`) or 'counts' (Poisson runs: a ``.npy`` of counts [N, *event_shape] or
+[N, D] -> -log P(x) per example). Every -log p is the trained network's NELBO (an upper bound on
+its -log p; ``units['nll']`` says so); a ratio is a difference of two NELBOs.
 
 Text formats (by extension):
   * ``.txt``: one document per line (``eval.input_unit = 'line'``, empty lines skipped; ids are
@@ -38,6 +40,9 @@ __all__ = ["read_input", "evaluate_input", "INPUT_UNITS"]
 INPUT_UNITS = ("line", "file")
 LN2 = math.log(2.0)
 _KINDS = {("prompt", "response"): "pairs", ("a", "b", "prompt"): "ratios"}
+# What every number of an input report is (the report's units['nll']): a trained network's NELBO.
+NELBO = "a NELBO: an upper bound on the trained network's -log p"
+RATIO = "a difference of two NELBOs (not a bound)"
 
 
 def _decode(path: str, data: bytes, notes: list | None) -> str:
@@ -234,7 +239,7 @@ def _evaluate_counts(config, workdir, t0) -> tuple[dict, str]:
                "dimensions": int(D * len(x)), "bits_per_dim": total / (D * len(x) * LN2),
                "bits_per_dim_stderr": total_se / (D * len(x) * LN2)}
     out_dir = _out_dir(workdir, path)
-    rep = _report(config, "counts", "-log P(x)", {"item": "example", "nll": "nats per example",
+    rep = _report(config, "counts", "-log P(x)", {"item": "example", "nll": f"nats per example, {NELBO}",
                                                   "bits": "bits per dimension"},
                   path, len(x), workdir, int(meta["step"]), D, est, summary, task.process_info(process),
                   None, rows, out_dir, t0)
@@ -265,7 +270,13 @@ def _report(config, kind, quantity, units, path, n_rows, workdir, step, model_le
         rows_preview=rows[:10], cleaning=report_lib.ABSENT if cleaning is None else cleaning,
         plot_notes=plot_notes, files=files, plots=[p for p in files if p.endswith(".png")],
         **report_lib.common(config, int(ev.seed), t0))
-    return report_lib.Report(rep.to_dict(), attachments=attachments)
+    out = report_lib.Report(rep.to_dict(), attachments=attachments)
+    if est.few_samples and not est.infinite_variance:
+        key = "eval.num_samples" if kind == "counts" else "eval.input_samples"
+        out.setdefault("notes", []).append(
+            f"config.{key}={est.num_samples} is below the estimator's min_samples={est.min_samples}: the per-row "
+            f"SEs are too small (few_samples); use --config.{key}={est.min_samples} or more")
+    return out
 
 
 def evaluate_input(config, workdir: str) -> tuple[dict, str]:
@@ -336,7 +347,8 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
         cut = [r for r in rows if r["context_chars"] < r["prompt_chars"]]
         unseen = [r["id"] for r in rows if r["prompt_chars"] > 0 and r["context_chars"] == 0]
         summary.update(rows_prompt_cut=len(cut), rows_prompt_unseen=len(unseen))
-    rep = _report(config, kind, quantity, {"item": "row", "nll": "nats per row"}, path, len(ids), workdir,
+    rep = _report(config, kind, quantity, {"item": "row", "nll": f"nats per row, {RATIO if kind == 'ratios' else NELBO}"},
+                  path, len(ids), workdir,
                   run.checkpoint_step, run.seq_len, est, summary, run.task.process_info(run.process), cleaning,
                   rows, out_dir, t0)
     if read_notes:
