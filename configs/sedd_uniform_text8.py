@@ -15,4 +15,6 @@ def get_config():
     c.process.graph = "uniform"
     c.process.schedule = "geometric"
     c.eval.lambda_sampling = "importance"
+    c.eval.input_samples = 512            # the uniform graph's min_samples (calibrated SE)
+    c.process.clean_prefix_prob = 0.0     # > 0: clean prompts in training, for conditionals
     return c

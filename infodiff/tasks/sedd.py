@@ -97,7 +97,15 @@ class SeddTask(text.TextTask):
             del params
             return score_entropy.log_score_from_output(graph, sp, apply_fn(z, lam), z, lam)
 
-        return base.training_loss(self.process, log_score, None, batch, key)
+        # Validation scores every position (no clean prefix), so its bpc is the I-MDSE diffusion term.
+        process = self.process if train else dataclasses.replace(self.process, clean_prefix_prob=0.0)
+        return base.training_loss(process, log_score, None, batch, key)
+
+    @property
+    def train_loss_is_nll(self):
+        """False with a clean prefix: its positions are not scored, so the training loss is not
+        in nats per sequence (validation is)."""
+        return float(self.process.clean_prefix_prob) == 0.0
 
     def denoiser(self, params):
         return ScoreModel(model=self.model, params=params, graph=self.graph, score_param=self.score_param)
