@@ -330,7 +330,7 @@ class Provenance(Schema):
     plots: list = key("paths of the figures written with the report (may be empty). Network mode: the task's "
                       "(Poisson: `samples.png`, generated samples) and `training_curves.png`: training loss (mean of "
                       "each log window) and validation loss (EMA parameters) in `units.nll` and `units.bits` against "
-                      "step and wall-clock time (a resumed run's sessions joined, each resume a dotted line), drawn "
+                      "step and wall-clock time (a resumed run's segments joined, each resume a dotted line), drawn "
                       "from `metrics.jsonl` again only when it changed. Oracle mode: `estimates.png`, each "
                       "estimator's mean estimate minus the exact mean ± 2 SE per section, exact rows as squares. "
                       "Input mode: `rows.png` (histogram of bits per character and NLL ± 2 SE per row; ratios: "
