@@ -10,6 +10,9 @@ a standard error (docs/scoring.md).
 
 Every -log p of a trained network is its NELBO: an upper bound on the network's own -log p
 (equal to it for an exact denoiser); a log-ratio is a difference of two NELBOs (not a bound).
+Every returned Estimate says which: ``est.info["bound"]`` is ``'nelbo'`` (:meth:`Run.nll`,
+:meth:`Run.conditional_nll`) or ``'nelbo_difference'`` (:meth:`Run.log_ratio`), the values of
+``infodiff.evaluation.report.BOUNDS`` (docs/report.md).
 
 Text is cleaned with the corpus's own rules (:func:`infodiff.data.text.clean_text8`, text8's
 alphabet) and fitted to the model's length L without user padding:
@@ -207,12 +210,14 @@ class Run:
             return self.num_samples
         return check_num_samples(num_samples, "num_samples")
 
-    def _until(self, draw, seed, num_samples, target_se, max_samples) -> lk.Estimate:
+    def _until(self, draw, seed, num_samples, target_se, max_samples, bound="nelbo") -> lk.Estimate:
         """``draw(key, S)`` -> per-row Estimate; with ``target_se`` (nats) more rounds, each as
         many samples as drawn so far (key ``fold_in(key, round)``), until every row's SE is at most
-        ``target_se`` or the samples reach ``max_samples`` (``info['target_se_reached']``)."""
+        ``target_se`` or the samples reach ``max_samples`` (``info['target_se_reached']``).
+        ``info['bound']`` = ``bound`` (what the numbers are, module docstring)."""
         key, S = self._key(seed), self._samples(num_samples)
         est = draw(key, S)
+        est.info["bound"] = bound
         if target_se is None:
             return est
         if not float(target_se) > 0:
@@ -223,8 +228,8 @@ class Run:
             r += 1
             parts.append(draw(jax.random.fold_in(key, r), min(est.num_samples, cap - est.num_samples)))
             est = _concat_samples(parts)
-        est.info.update(target_se=float(target_se), target_se_reached=bool(np.max(est.stderr) <= float(target_se)),
-                        max_samples=cap)
+        est.info.update(bound=bound, target_se=float(target_se),
+                        target_se_reached=bool(np.max(est.stderr) <= float(target_se)), max_samples=cap)
         return est
 
     def _nll_windows(self, win: Windows, num_rows: int, seed, num_samples, progress, target_se=None,
@@ -242,7 +247,8 @@ class Run:
 
     def nll(self, texts, *, seed: int | None = None, num_samples: int | None = None, progress: bool = False,
             target_se: float | None = None, max_samples: int | None = None) -> lk.Estimate:
-        """-log p(document) per text, nats (the sum over its windows of L characters). With
+        """-log p(document) per text, nats (the sum over its windows of L characters): the
+        network's NELBO, ``info['bound'] == 'nelbo'``. With
         ``target_se`` (nats), samples are added in rounds until every row's SE is at most it or
         ``max_samples`` per window are spent (every method; ``info['target_se_reached']``).
         Raises TypeError for non-strings, ValueError for a text empty after cleaning."""
@@ -264,7 +270,8 @@ class Run:
                         progress: bool = False, target_se: float | None = None,
                         max_samples: int | None = None) -> lk.Estimate:
         """-log p(response | prompt) per pair, nats per response (module docstring for long
-        responses and prompts). Raises ValueError for unequal counts or an empty response."""
+        responses and prompts): the network's NELBO, ``info['bound'] == 'nelbo'``. Raises
+        ValueError for unequal counts or an empty response."""
         y, y_changed = _tokens(responses, "responses")
         _nonempty(y, "responses")
         ctx, p_changed = self._contexts(prompts, len(y))
@@ -276,7 +283,8 @@ class Run:
                   num_samples: int | None = None, target_se: float | None = None,
                   max_samples: int | None = None) -> lk.Estimate:
         """log p(a | prompt) - log p(b | prompt) per triple, nats; coupled (shared noise, arXiv
-        2510.24088 Eq. 18) or not. a and b may differ in length: each is windowed as in
+        2510.24088 Eq. 18) or not: NELBO(b) - NELBO(a), ``info['bound'] == 'nelbo_difference'``
+        (not a bound). a and b may differ in length: each is windowed as in
         :meth:`conditional_nll`, and pairs whose window counts differ are refused (ValueError)."""
         ya, ca = _tokens(a, "a")
         yb, cb = _tokens(b, "b")
@@ -308,7 +316,7 @@ class Run:
                                forward_passes=2 * ea.forward_passes, infinite_variance=ea.infinite_variance,
                                exact=exact, info=info, se_method=ea.se_method, min_samples=ea.min_samples)
 
-        return self._until(draw, seed, num_samples, target_se, max_samples)
+        return self._until(draw, seed, num_samples, target_se, max_samples, bound="nelbo_difference")
 
 
 def _concat_samples(parts: list[lk.Estimate]) -> lk.Estimate:

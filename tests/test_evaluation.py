@@ -17,6 +17,7 @@ def _check_schema(rep):
 
     assert_report_agrees(rep)
     assert rep["version"] == evaluation.REPORT_VERSION
+    _check_bound(rep)
     if rep["kind"] == "network":
         assert set(rep["terms"]) == set(report_lib.TERMS)
         assert abs(rep["terms"]["total"] - rep["nll"]) < 1e-9 * max(1.0, abs(rep["nll"]))
@@ -25,6 +26,26 @@ def _check_schema(rep):
         assert rep["bits"] == pytest.approx(rep["nll"] / (u["tokens_per_item"] * np.log(2)))
     text = json.dumps(report_lib.strict_json(rep), allow_nan=False)  # strict JSON
     assert "NaN" not in text
+
+
+def _check_bound(rep):
+    """What the numbers are (``bound``, report.BOUNDS): a trained network's NELBO (a ratio: a
+    difference of two), the exact value in every oracle row; named in report.txt; ``units`` are
+    units only."""
+    text = report_lib.format_report(rep)
+    assert not any(w in rep["units"]["nll"] for w in ("NELBO", "bound")), rep["units"]
+    if rep["kind"] == "oracle":
+        res = rep["results"]
+        rows = [*res["unconditional"], *res["conditional"], *(p[k] for p in res["ratio"] for k in ("coupled", "decoupled"))]
+        assert rows and {r["bound"] for r in rows} == {"exact"}
+        assert f"-log p(x), {rep['units']['nll']}; NLL, exact (oracle denoiser)" in text
+        return
+    want = "nelbo_difference" if rep["kind"] == "input" and rep["input"]["format"] == "ratios" else "nelbo"
+    assert rep["bound"] == want and want in report_lib.BOUNDS
+    if rep["kind"] == "network":
+        assert f"NELBO, upper bound on NLL ({rep['units']['nll']})" in text
+    else:
+        assert f"{rep['units']['nll']}; {report_lib.BOUND_LABELS[want]}" in text
 
 
 def _tiny(config, **over):

@@ -373,7 +373,7 @@ def test_cli_input_mode_on_a_read_only_workdir_prints_the_table_first(reference_
                                "--config.eval.input_samples=4"], cwd=REPO, env=_cli_env(compilation_cache),
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == cli.EXIT_ERROR, proc.stderr[-3000:]
-        assert "infodiff input report" in proc.stdout and "total NLL (nats)" in proc.stdout
+        assert "infodiff input report" in proc.stdout and "total NELBO (nats)" in proc.stdout
         assert "first 2 of 2 rows" in proc.stdout  # the per-row scores are on the screen
         last = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1]
         assert last.startswith(f"error: StorageError: cannot write {run / 'scores' / 'docs.txt' / 'report.json'}: "

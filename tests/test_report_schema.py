@@ -11,6 +11,7 @@ import pytest
 
 from infodiff import evaluation, tasks, training
 from infodiff.evaluation import report as report_lib
+from tests.test_evaluation import _check_bound
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "report.md")
 
@@ -117,6 +118,24 @@ def test_constructor_rejects_an_undeclared_field():
     assert list(row.to_dict()) == ["steps", "tv", "num_generate", "tv_of_exact_sample"]  # optional w1 left out
 
 
+def test_bound_values_are_declared_in_one_place():
+    """``bound`` takes only a key of report.BOUNDS (each described, each with a report.txt label);
+    an oracle row says ``exact``; a row or report built with another value is refused, naming the
+    choices (the same check in every schema with a ``bound``: Schema.__post_init__)."""
+    import numpy as np
+
+    from infodiff import likelihood as lk
+
+    assert set(report_lib.BOUNDS) == set(report_lib.BOUND_LABELS) >= {"exact", "nelbo", "nelbo_difference"}
+    assert all(d and "\n" not in d for d in report_lib.BOUNDS.values())
+    rng = np.random.default_rng(0)
+    est = lk.Estimate("k_dce", rng.normal(5.0, 1.0, (3, 8)), forward_passes=8)
+    row = report_lib.oracle_row(est, np.full(3, 5.0))
+    assert row["bound"] == "exact" and not report_lib.check_report(row, report_lib.OracleRow)
+    with pytest.raises(ValueError, match="bound='nll' is not one of"):
+        report_lib.OracleRow(**{**row, "bound": "nll"})
+
+
 def test_legacy_key_tuples_follow_the_schema():
     """COMMON_KEYS, NETWORK_KEYS, ... (older tests and readers) are the schema's required keys."""
     assert set(report_lib.COMMON_KEYS) == {"version", "kind", "process", "units", "plots", "experiment", "seed",
@@ -137,6 +156,7 @@ def test_oracle_report_agrees(tmp_path):
     rep, _ = evaluation.evaluate(c, None)
     assert_report_agrees(rep)
     assert_flags_bad_copies(rep)
+    _check_bound(rep)  # every row: bound "exact"
     assert "table" in rep and "lam_max" not in rep  # optional fields: present only where they apply
 
 
@@ -155,6 +175,8 @@ def test_network_report_agrees(tiny_run):
     rep, _ = evaluation.evaluate(cfg, wd)
     assert_report_agrees(rep)
     assert_flags_bad_copies(rep)
+    assert rep["bound"] == "nelbo" and rep["units"]["nll"] == "nats per sequence"
+    _check_bound(rep)
 
 
 @pytest.mark.parametrize("kind", ["text", "ratios"])
@@ -176,6 +198,8 @@ def test_input_report_agrees(tiny_run, tmp_path, kind):
     assert_report_agrees(rep)
     assert_flags_bad_copies(rep)
     assert ("cleaning" in rep) and (("target_se" in rep) == (kind == "text"))
+    assert rep["bound"] == {"text": "nelbo", "ratios": "nelbo_difference"}[kind] and rep["units"]["nll"] == "nats per row"
+    _check_bound(rep)
 
 
 @pytest.mark.slow

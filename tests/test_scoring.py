@@ -181,6 +181,7 @@ def test_api_scores_strings(run_dir):
     d = run.log_ratio(PROMPTS, RESPONSES, ALTS, coupled=False)
     assert r.mean.shape == (4,)
     assert r.stderr[1] < d.stderr[1]  # one substituted word: coupling helps
+    assert [e.info["bound"] for e in (est, c, r, d)] == ["nelbo", "nelbo", "nelbo_difference", "nelbo_difference"]
 
 
 @pytest.mark.slow
@@ -370,6 +371,7 @@ def test_target_se_adds_rounds_until_every_row_reaches_it(run_dir, tmp_path):
     np.testing.assert_array_equal(est.samples[:, :8], base.samples)  # round 0 is the fixed-budget run
     capped = run.conditional_nll(PROMPTS, RESPONSES, num_samples=8, target_se=1e-6, max_samples=24)
     assert capped.num_samples == 24 and not capped.info["target_se_reached"]
+    assert est.info["bound"] == capped.info["bound"] == "nelbo"  # kept over the rounds
     cfg = ConfigDict(training.saved_config(str(run_dir)))
     cfg.eval.input = str(_write(tmp_path / "t.jsonl", [{"prompt": p, "response": y} for p, y in zip(PROMPTS, RESPONSES)]))
     cfg.eval.target_se, cfg.eval.input_max_samples = 1e-6, 64
@@ -413,7 +415,8 @@ def test_poisson_counts_file(poisson_run, tmp_path):
     c.eval.input = str(f)
     rep, out = evaluation.evaluate(c, str(d))
     assert rep["input"]["format"] == "counts" and rep["input"]["rows"] == 4 and "cleaning" not in rep
-    assert rep["kind"] == "input" and "NELBO" in rep["units"]["nll"] and rep["process"]["name"] == "poisson"
+    assert rep["kind"] == "input" and rep["bound"] == "nelbo" and rep["process"]["name"] == "poisson"
+    assert rep["units"]["nll"] == "nats per example"  # units only: `bound` says what the number is
     assert not Path(out).exists()  # nothing is written before the report is printed
     evaluation.write_report(rep, out)  # rows.* with the report, as one unit
     rows = [json.loads(x) for x in (Path(out) / "rows.jsonl").read_text().splitlines()]
@@ -476,5 +479,8 @@ def test_sedd_run_windows_and_pads_match_the_exact_chain(graph, noise_law, num_s
     aid = [text_data.encode(y).astype(np.int32) for y in alts]
     truth_r = np.array([_chain_rule_nll(mk, cx, b) - _chain_rule_nll(mk, cx, a) for cx, a, b in zip(ctx, yid, aid)])
     assert np.all(np.abs((r.mean - truth_r) / r.stderr) < Z_MAX), (r.mean, r.stderr, truth_r)
+    # what each number is: a Run cannot know its denoiser is exact, so it says NELBO (equal to
+    # -log p here, as the z-scores above show)
+    assert (est.info["bound"], c.info["bound"], r.info["bound"]) == ("nelbo", "nelbo", "nelbo_difference")
     print(f"\n{graph}: z docs {np.round((est.mean - truth) / est.stderr, 2)}, conditional "
           f"{np.round((c.mean - truth_c) / c.stderr, 2)}, ratio {np.round((r.mean - truth_r) / r.stderr, 2)}")

@@ -3,7 +3,8 @@ run and write a report, per-row files and plots. What a run scores is its proces
 registration's ``input_format`` (:mod:`infodiff.tasks`): 'text' (masked and SEDD runs, through
 :mod:`infodiff.scoring`) or 'counts' (Poisson runs: a ``.npy`` of counts [N, *event_shape] or
 [N, D] -> -log P(x) per example). Every -log p is the trained network's NELBO (an upper bound on
-its -log p; ``units['nll']`` says so); a ratio is a difference of two NELBOs.
+its -log p); a ratio is a difference of two NELBOs, not a bound. The report's ``bound`` says
+which (``'nelbo'`` or ``'nelbo_difference'``, :data:`report.BOUNDS`); ``units`` are units only.
 
 Text formats (by extension):
   * ``.txt``: one document per line (``eval.input_unit = 'line'``, empty lines skipped; ids are
@@ -40,9 +41,6 @@ __all__ = ["read_input", "evaluate_input", "INPUT_UNITS"]
 INPUT_UNITS = ("line", "file")
 LN2 = math.log(2.0)
 _KINDS = {("prompt", "response"): "pairs", ("a", "b", "prompt"): "ratios"}
-# What every number of an input report is (the report's units['nll']): a trained network's NELBO.
-NELBO = "a NELBO: an upper bound on the trained network's -log p"
-RATIO = "a difference of two NELBOs (not a bound)"
 
 
 def _decode(path: str, data: bytes, notes: list | None) -> str:
@@ -239,14 +237,14 @@ def _evaluate_counts(config, workdir, t0) -> tuple[dict, str]:
                "dimensions": int(D * len(x)), "bits_per_dim": total / (D * len(x) * LN2),
                "bits_per_dim_stderr": total_se / (D * len(x) * LN2)}
     out_dir = _out_dir(workdir, path)
-    rep = _report(config, "counts", "-log P(x)", {"item": "example", "nll": f"nats per example, {NELBO}",
-                                                  "bits": "bits per dimension"},
+    rep = _report(config, "counts", "-log P(x)", {"item": "example", "nll": "nats per example",
+                                                  "bits": "bits per dimension"}, "nelbo",
                   path, len(x), workdir, int(meta["step"]), D, est, summary, task.process_info(process),
                   None, rows, out_dir, t0)
     return rep, out_dir
 
 
-def _report(config, kind, quantity, units, path, n_rows, workdir, step, model_length, est, summary, process_info,
+def _report(config, kind, quantity, units, bound, path, n_rows, workdir, step, model_length, est, summary, process_info,
             cleaning, rows, out_dir, t0) -> dict:
     ev = config.eval
     attachments = _rows_files(rows)
@@ -259,7 +257,7 @@ def _report(config, kind, quantity, units, path, n_rows, workdir, step, model_le
         plot_notes = [f"rows.png not drawn: {e}"]
     files = [os.path.join(out_dir, name) for name in attachments]
     rep = report_lib.InputReport(
-        quantity=quantity, process=process_info, units=units,
+        quantity=quantity, bound=bound, process=process_info, units=units,
         input={"path": os.path.abspath(path), "sha256": _sha256(path), "format": kind,
                "unit": str(ev.get("input_unit", "line")), "rows": n_rows},
         workdir=os.path.abspath(workdir), checkpoint_step=step,
@@ -347,8 +345,7 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
         cut = [r for r in rows if r["context_chars"] < r["prompt_chars"]]
         unseen = [r["id"] for r in rows if r["prompt_chars"] > 0 and r["context_chars"] == 0]
         summary.update(rows_prompt_cut=len(cut), rows_prompt_unseen=len(unseen))
-    rep = _report(config, kind, quantity, {"item": "row", "nll": f"nats per row, {RATIO if kind == 'ratios' else NELBO}"},
-                  path, len(ids), workdir,
+    rep = _report(config, kind, quantity, {"item": "row", "nll": "nats per row"}, est.info["bound"], path, len(ids), workdir,
                   run.checkpoint_step, run.seq_len, est, summary, run.task.process_info(run.process), cleaning,
                   rows, out_dir, t0)
     if read_notes:

@@ -34,7 +34,7 @@ from infodiff.training import workdir as workdir_lib
 __all__ = ["REPORT_VERSION", "COMMON_KEYS", "NETWORK_KEYS", "ORACLE_KEYS", "INPUT_KEYS", "ROW_KEYS", "TERMS", "env",
            "git_info", "oracle_row", "format_report", "table", "strict_json", "write_report", "Report",
            "write_together", "clean_leftovers", "UNIT_DIR", "ABSENT", "key", "Schema", "Head", "Provenance",
-           "SEFields", "PerRowSE", "NetworkReport", "OracleReport", "InputReport", "OracleRow", "InputRow", "KINDS",
+           "SEFields", "PerRowSE", "BOUNDS", "NetworkReport", "OracleReport", "InputReport", "OracleRow", "InputRow", "KINDS",
            "check_report", "docs_tables", "write_docs"]
 
 REPORT_VERSION = 2
@@ -45,6 +45,42 @@ TERMS = ("diffusion", "prior", "recon", "total")
 SE_CHECK_P = 1e-6
 SE_CHECK_EXACT_TOL = 1e-3  # an SE of 0 claims exactness: |estimate - exact| <= this x max(1, |exact|)
 STDERR_BUDGET = 1024  # forward passes of an oracle row's `stderr_at_1024_forward_passes`
+
+# What a likelihood number is: the values of the `bound` field of a network or input report and of
+# an oracle row, {name: description}. The integral identities (I-MDCE / I-MDSE, arXiv 2510.24088;
+# the Poisson NLL as an integral over the SNR, docs/poisson.md §2) give -log p exactly only with
+# the exact denoiser; with a trained network the same estimators estimate its negative ELBO
+# (docs/report.md, "What `nll` is"). Room for later values, e.g. "iw_orders" (importance-weighted
+# over generation orders) and "interval".
+BOUNDS = {
+    "exact": "an unbiased Monte Carlo estimate of the exact value (-log p, or a log-ratio): the denoiser is the "
+             "exact oracle, for which the integral identity holds with equality (the row's `bias` tests it)",
+    "nelbo": "an unbiased estimate of the trained network's negative ELBO (NELBO), an upper bound on the network's "
+             "own -log p; equal to it only for an exact denoiser",
+    "nelbo_difference": "a log-ratio log p(a | prompt) - log p(b | prompt) estimated as NELBO(b) - NELBO(a): a "
+                        "difference of two upper bounds, itself neither an upper nor a lower bound",
+}
+# report.txt's name of each kind of number (the label of its row; before the comma: its short name).
+BOUND_LABELS = {"exact": "NLL, exact (oracle denoiser)", "nelbo": "NELBO, upper bound on NLL",
+                "nelbo_difference": "difference of two NELBOs, not a bound"}
+assert set(BOUND_LABELS) == set(BOUNDS)
+
+
+def check_bound(bound: str) -> str:
+    """``bound`` if it is a key of :data:`BOUNDS`; else ValueError naming the choices."""
+    if bound not in BOUNDS:
+        raise ValueError(f"bound={bound!r} is not one of {sorted(BOUNDS)} (report.BOUNDS)")
+    return bound
+
+
+def _bound_label(r) -> str:
+    """report.txt's name of the report's number; an older report without ``bound``: "NLL"."""
+    return BOUND_LABELS.get(r.get("bound"), "NLL")
+
+
+def _bound_doc(*names: str) -> str:
+    return "what the numbers are (\"What `nll` is\" above), a key of `report.BOUNDS`: " + "; ".join(
+        f"`{n}`: {BOUNDS[n]}" for n in names)
 
 
 def env() -> dict:
@@ -155,7 +191,8 @@ def oracle_row(est, truth: np.ndarray) -> dict:
     exact) / SE)^2 (~1 when calibrated; NaN when an SE is 0, e.g. exact). ``per_sample_variance``
     is S x raw SE^2 averaged over items: the variance per draw of the estimator as its
     ``se_method`` measures it (for iid draws the sample variance; for strata it excludes the
-    between-strata spread that stratification removes)."""
+    between-strata spread that stratification removes). ``bound`` is ``'exact'`` (:data:`BOUNDS`):
+    the oracle's denoiser is exact."""
     bias = est.mean - truth
     bias_se = est.split_mean()["stderr_mc"]
     var_sample = float(np.mean(est.stderr_raw**2)) * est.num_samples
@@ -164,6 +201,7 @@ def oracle_row(est, truth: np.ndarray) -> dict:
     fp_per_sample = est.forward_passes / est.num_samples if est.num_samples else 0.0
     return OracleRow(
         estimator=est.estimator,
+        bound="exact",
         mean_estimate=float(est.mean.mean()),
         mean_exact=float(truth.mean()),
         bias=float(bias.mean()),
@@ -277,6 +315,10 @@ class Schema:
     TITLE: ClassVar[str] = ""
     TEXT: ClassVar[dict] = {}
 
+    def __post_init__(self):
+        if "bound" in self.__dataclass_fields__:  # a report or row that says what its numbers are
+            check_bound(self.bound)
+
     @classmethod
     def keys(cls) -> list[dataclasses.Field]:
         """The fields in report order: :class:`Head`, the class's own fields, the shared parts
@@ -315,12 +357,14 @@ class Head(Schema):
                         "`schedule`, `eps` (each row names its estimator); Poisson `sampler`, `proposal`, "
                         "`se_method`, `channel_defensive`",
                         text=row("process", lambda r: ", ".join(f"{k} {v}" for k, v in r["process"].items())))
-    units: dict = key("`item` (`sequence`, `example` or `row`), `nll` (e.g. `nats per sequence`); network and counts "
+    units: dict = key("`item` (`sequence`, `example` or `row`), `nll` (e.g. `nats per sequence`; units only: what "
+                      "the number is says `bound`); network and counts "
                       "input mode add `bits` (`bits per character` / `bits per dimension`); network mode adds "
                       "`tokens_per_item` (L or D, the divisor of `bits`)", text=Shown("title"))
 
     def __post_init__(self):
         self.kind = self.KIND
+        super().__post_init__()
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -427,15 +471,16 @@ class NetworkReport(Provenance, SEFields, Head):
     num_samples_per_item: int = key("Monte Carlo samples per item", text=row(
         lambda r: "MC samples / " + r["units"]["item"], lambda r: r["num_samples_per_item"]))
     forward_passes: int = key("total denoiser evaluations", text=row("forward passes", lambda r: r["forward_passes"]))
-    nll: float = key("mean over items of −log p(item)", unit="units.nll", text=row(
-        lambda r: f"NLL ({r['units']['nll']})",
-        lambda r: f"{r['nll']:.4f} ± {r['nll_stderr']:.4f}  [{r['stderr_kind']}]"))
+    nll: float = key("mean over items of the estimate of −log p(item); what it is: `bound`", unit="units.nll",
+                     text=row(lambda r: f"{_bound_label(r)} ({r['units']['nll']})",
+                              lambda r: f"{r['nll']:.4f} ± {r['nll_stderr']:.4f}  [{r['stderr_kind']}]"))
+    bound: str = key(_bound_doc("nelbo"), text=Shown("nll"))
     nll_stderr: float = key("the standard error of `nll` (one standard-error convention, below)", unit="units.nll",
                             text=Shown("nll"))
     stderr_kind: str = key("which standard error `nll_stderr` is (`mc ...`: a whole split; `data+mc ...`: a subset)",
                            text=Shown("nll"))
     bits: float = key("`nll` / (`units.tokens_per_item` · ln 2)", unit="units.bits",
-                      text=row(lambda r: r["units"]["bits"], lambda r: f"{r['bits']:.5f} ± {r['bits_stderr']:.5f}"))
+                      text=row(lambda r: f"{r['units']['bits']} ({_bound_label(r).split(',')[0]})", lambda r: f"{r['bits']:.5f} ± {r['bits_stderr']:.5f}"))
     bits_stderr: float = key("`nll_stderr` / (`units.tokens_per_item` · ln 2)", unit="units.bits", text=Shown("bits"))
     terms: dict = key("`diffusion` (the Monte Carlo integral), `prior`, `recon` (exact terms; 0 where the process has "
                       "none) and `total` (= `nll`), mean over items", unit="nats",
@@ -451,7 +496,7 @@ class NetworkReport(Provenance, SEFields, Head):
                                      "pools the items and stays valid)", text=Shown("se_method"))
     nll_wall_time_s: float = key("seconds spent in the Monte Carlo estimate", unit="s")
     extras: dict = key("process- and data-specific numbers, e.g. for synthetic counts "
-                       "`exact_entropy_nats_per_example`, `gap_paired_nats` ± `gap_paired_stderr` (model NLL − exact "
+                       "`exact_entropy_nats_per_example`, `gap_paired_nats` ± `gap_paired_stderr` (model NELBO − exact "
                        "−log p on the same items), `wasserstein1` and its `w1_noise_floor`",
                        text=Rows(lambda r: [(k.replace("_", " "), f"{v:.5g}" if isinstance(v, float) else v)
                                             for k, v in r["extras"].items() if isinstance(v, (int, float, str))]))
@@ -492,6 +537,7 @@ class OracleRow(PerRowSE):
     response or ratio."""
 
     estimator: str = key("the estimator's name (`t_dce`, `imdse_absorb:defensive`, ...)")
+    bound: str = key(_bound_doc("exact"))
     mean_estimate: float = key("mean over items of the estimate", unit="nats")
     mean_exact: float = key("mean over items of the exact value", unit="nats")
     bias: float = key("`mean_estimate` − `mean_exact`", unit="nats")
@@ -568,15 +614,22 @@ def _fmt_opt(v, spec: str) -> str:
     return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
 
 
+def _rows_bound(items) -> str:
+    """What a section's estimates are (its rows' ``bound``; "" for rows without one)."""
+    names = list(dict.fromkeys(x["bound"] for x in items if "bound" in x))
+    return "".join(f"; {BOUND_LABELS.get(n, n)}" for n in names)
+
+
 def _results_lines(r) -> list[str]:
     u, res = r["units"], r["results"]
-    parts = ["", f"-log p(x), {u['nll']}", _rows_table(res["unconditional"])]
+    parts = ["", f"-log p(x), {u['nll']}{_rows_bound(res['unconditional'])}", _rows_table(res["unconditional"])]
     if res["conditional"]:
-        parts += ["", "-log p(y | x), nats per response", _rows_table(res["conditional"])]
+        parts += ["", f"-log p(y | x), nats per response{_rows_bound(res['conditional'])}",
+                  _rows_table(res["conditional"])]
     if res["ratio"]:
         items = [dict(pair[kind], estimator=f"{pair['estimator']}:{kind}")
                  for pair in res["ratio"] for kind in ("coupled", "decoupled")]
-        parts += ["", "log p(y | x) - log p(y' | x), nats", _rows_table(items),
+        parts += ["", f"log p(y | x) - log p(y' | x), nats{_rows_bound(items)}", _rows_table(items),
                   "variance ratio decoupled / coupled: " + ", ".join(
                       f"{p['estimator']} {p['variance_ratio_decoupled_over_coupled']:.1f}x" for p in res["ratio"])]
     for s in res["samplers"]:
@@ -623,7 +676,8 @@ class InputRow(Schema):
     """One row of a user's file (rows.jsonl, rows.csv, an input report's ``rows_preview``)."""
 
     id: str = key("the row's id (the line number, or the jsonl `id`)")
-    value: float = key("−log p of the row, or the coupled log-ratio (ratios)", unit="nats")
+    value: float = key("−log p of the row, or the coupled log-ratio (ratios); what it is: the report's `bound`",
+                       unit="nats")
     se: float = key("its standard error", unit="nats")
     samples: int = key("Monte Carlo samples per window")
     windows: int = key("windows of the model's length the row was cut into (not counts)", required=False)
@@ -652,7 +706,7 @@ def _input_summary_rows(r) -> list:
                 ("SE decoupled / coupled", f"{s['se_ratio_decoupled_over_coupled_median']:.2f} (median)")]
     per = ("bits per dimension", "bits_per_dim", "dimensions") if fmt == "counts" else (
         "bits per character", "bits_per_char", "characters")
-    return [("total NLL (nats)", f"{s['total_nats']:.3f} ± {s['total_stderr']:.3f}"),
+    return [(f"total {_bound_label(r).split(',')[0]} (nats)", f"{s['total_nats']:.3f} ± {s['total_stderr']:.3f}"),
             (per[0], f"{s[per[1]]:.4f} ± {s[per[1] + '_stderr']:.4f} ({s[per[2]]} {per[2]})")]
 
 
@@ -666,15 +720,16 @@ def _preview_lines(r) -> list[str]:
     prev, fmt = r["rows_preview"], r["input"]["format"]
     if not prev:
         return []
+    name = _bound_label(r).split(",")[0]
     if fmt == "counts":
-        hdr = ["row", "NLL (nats)", "SE", "bits/dim"]
+        hdr = ["row", f"{name} (nats)", "SE", "bits/dim"]
         body = [[p["id"], f"{p['value']:.3f}", f"{p['se']:.3f}", f"{p['bits_per_dim']:.4f}"] for p in prev]
     elif fmt == "ratios":
         hdr = ["id", "log-ratio", "SE", "SE decoupled", "resolved", "windows"]
         body = [[p["id"], f"{p['value']:+.3f}", f"{p['se']:.3f}", f"{p['se_decoupled']:.3f}",
                  "yes" if p["resolved_2se"] else "no", p["windows"]] for p in prev]
     else:
-        hdr = ["id", "NLL (nats)", "SE", "chars", "bits/char", "windows", "changed"]
+        hdr = ["id", f"{name} (nats)", "SE", "chars", "bits/char", "windows", "changed"]
         body = [[p["id"], f"{p['value']:.3f}", f"{p['se']:.3f}", p["chars"], f"{p['bits_per_char']:.3f}",
                  p["windows"], p["changed_chars"]] for p in prev]
     return ["", f"first {len(prev)} of {r['input']['rows']} rows:", table(hdr, body)]
@@ -693,7 +748,8 @@ class InputReport(Provenance, PerRowSE, Head):
                           f"{r['input']['path']} ({r['input']['format']}, {r['input']['rows']} rows)")))
     quantity: str = key("`-log p(document)`, `-log p(response | prompt)`, the coupled `log p(a | prompt) - "
                         "log p(b | prompt)` or `-log P(x)` (counts)",
-                        text=row("quantity", lambda r: f"{r['quantity']}, {r['units']['nll']}"))
+                        text=row("quantity", lambda r: f"{r['quantity']}, {r['units']['nll']}; {_bound_label(r)}"))
+    bound: str = key(_bound_doc("nelbo", "nelbo_difference") + " (the ratios format)", text=Shown("quantity"))
     workdir: str = key("the run's directory")
     checkpoint_step: int = key("the step of the checkpoint used", text=row("checkpoint", lambda r: (
         f"step {r['checkpoint_step']} ({r['params']} params), model length {r['model_length']}")))

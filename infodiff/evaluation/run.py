@@ -105,6 +105,9 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
     data + Monte Carlo spread for a subset), both kinds reported. Raises FileNotFoundError for a
     workdir without checkpoints, ConfigMismatchError for a config that differs from the run's
     outside eval.*, ValueError for bad eval settings (before any work).
+
+    ``nll`` is the trained network's NELBO, an upper bound on its own -log p (``bound``
+    ``'nelbo'``, :data:`report.BOUNDS`).
     """
     t0 = time.time()
     ev = config.eval
@@ -136,7 +139,7 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
         params="ema" if bool(ev.use_ema) else "raw", data=data_info,
         estimator=est.estimator, infinite_variance=bool(est.infinite_variance),
         num_samples_per_item=est.num_samples, forward_passes=est.forward_passes * len(x),
-        nll=s["mean"], nll_stderr=s["stderr"], stderr_kind=s["stderr_kind"],
+        nll=s["mean"], bound="nelbo", nll_stderr=s["stderr"], stderr_kind=s["stderr_kind"],
         stderr_mc=s["stderr_mc"], stderr_data_and_mc=s["stderr_data_and_mc"],
         bits=s["mean"] / per, bits_stderr=s["stderr"] / per, terms=s["terms"],
         per_sample_std=float(np.sqrt(np.mean(est.per_sample_std**2))),
@@ -158,7 +161,8 @@ def evaluate_oracle(config: ml_collections.ConfigDict) -> dict:
     always; with a prompt also -log p(y | x) and the log-ratio log p(y | x) - log p(y' | x),
     y' ~ p(. | x), coupled (shared noise, Eq. 18) and decoupled, for the estimators that support
     them; then the case's sampler checks (total variation of generated samples to the true law).
-    Units: nats per item / response / ratio. Figures: the case's, and ``estimates.png`` (each
+    Units: nats per item / response / ratio; every row's ``bound`` is ``'exact'`` (the
+    denoiser is exact, :data:`report.BOUNDS`). Figures: the case's, and ``estimates.png`` (each
     estimator's bias +- 2 SE against the exact values, :func:`plots.oracle_estimates_png`).
     """
     t0 = time.time()
