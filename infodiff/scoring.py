@@ -337,7 +337,7 @@ class Run:
         Raises ValueError for a run that is not masked diffusion, or bad settings."""
         ids, self.last_changed = _tokens(texts, "texts")
         _nonempty(ids, "texts")
-        self._check_masked()
+        self._check_interval(orders, level, proposal)
         win = document_windows(ids, self.seq_len)
         if nelbo is None:
             nelbo = self._nll_windows(win, len(ids), seed, None, progress)
@@ -350,7 +350,7 @@ class Run:
         :meth:`conditional_nll`."""
         y, y_changed = _tokens(responses, "responses")
         _nonempty(y, "responses")
-        self._check_masked()
+        self._check_interval(orders, level, proposal)
         ctx, p_changed = self._contexts(prompts, len(y))
         self.last_changed = [_merge(a, b) for a, b in zip(p_changed, y_changed)]
         win = response_windows(ctx, y, self.seq_len)
@@ -358,12 +358,20 @@ class Run:
             nelbo = self._nll_windows(win, len(y), seed, None, progress)
         return self._interval_windows(win, len(y), nelbo, seed, orders, level, proposal, progress)
 
-    def _check_masked(self):
+    def _check_interval(self, orders_, level, proposal):
+        """ValueError, before any work: a run that is not masked diffusion, or bad settings."""
+        from infodiff import orders as orders_lib
         from infodiff.tasks.masked import MaskedTask
 
         if not isinstance(self.task, MaskedTask):
             raise ValueError(f"an NLL interval needs a masked-diffusion run; this run's process is "
                              f"{self.task.name!r}: SEDD networks do not define the any-order conditionals used here")
+        if isinstance(orders_, bool) or not isinstance(orders_, (int, np.integer)) or orders_ < 2:
+            raise ValueError(f"orders={orders_!r} must be an integer >= 2 (orders per window)")
+        if not 0 < level < 1:
+            raise ValueError(f"level={level!r} must be in (0, 1), e.g. 0.95")
+        if proposal not in orders_lib.PROPOSALS:
+            raise ValueError(f"proposal={proposal!r}; choose from {orders_lib.PROPOSALS}")
 
 
 INTERVAL_STREAM = 0x1D1  # fold_in of a call's key for its interval: draws independent of the NELBO's

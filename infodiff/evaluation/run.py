@@ -102,7 +102,9 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
     run's training curves (``training_curves.png`` from ``metrics.jsonl``; when they cannot be
     drawn the reason is in ``plot_notes`` and the evaluation goes on). Standard error:
     :meth:`likelihood.Estimate.split_mean` (Monte Carlo error for a whole split, at least the
-    data + Monte Carlo spread for a subset), both kinds reported. Raises FileNotFoundError for a
+    data + Monte Carlo spread for a subset), both kinds reported. Masked runs with
+    ``eval.interval`` / ``eval.sampler_likelihood`` add the ``interval`` / ``sampler_likelihood``
+    blocks on the same items (:mod:`infodiff.evaluation.intervals`). Raises FileNotFoundError for a
     workdir without checkpoints, ConfigMismatchError for a config that differs from the run's
     outside eval.*, ValueError for bad eval settings (before any work).
     """
