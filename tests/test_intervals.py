@@ -17,6 +17,7 @@ import pytest
 
 from infodiff import orders, scoring
 from infodiff.data import text as text_data
+from tests.test_scoring import run_dir  # noqa: F401 (the tiny trained masked run, a module fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 K = 4
@@ -118,18 +119,6 @@ def test_windows_sum_iw_and_tube_with_ses_in_quadrature():
     np.testing.assert_array_equal(out.exact, [False, True, False])
     np.testing.assert_array_equal(out.forward_passes, [30, 7, 37])
     np.testing.assert_array_equal(out.ess, [2.0, np.nan, 1.5])
-
-
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    from tests.test_training import tiny_config, train_run
-
-    d = tmp_path_factory.mktemp("interval_run")
-    c = tiny_config()
-    c.train.num_steps = 20
-    c.train.ckpt_every = 20
-    train_run(c, str(d))
-    return d
 
 
 DOCS = ["The cat sat", "and the dog ate the hat and the cat sat on the mat"]  # 1 and 4 windows of 16
