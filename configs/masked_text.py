@@ -10,6 +10,10 @@ import ml_collections
 from configs import common
 
 
+# eval keys of the any-order likelihood (infodiff/orders.py): masked runs only.
+ORDER_KEYS = ("interval", "interval_orders", "interval_level", "interval_proposal", "sampler_likelihood")
+
+
 def get_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.experiment = "masked_text"
@@ -60,4 +64,11 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval.input_samples = 32       # Monte Carlo samples per window of an input row (docs/scoring.md)
     c.eval.target_se = 0.0          # > 0: add samples until every input row's SE (nats) is at most this
     c.eval.input_max_samples = 1024  # the bound of a target_se run (samples per window)
+    # The model's own -log p (a mixture over generation orders), not only its NELBO: an interval
+    # from importance-weighted orders (upper side) and TUBE (lower side), infodiff/orders.py.
+    c.eval.interval = False         # True: add the interval block to the report (and to input rows)
+    c.eval.interval_orders = 16     # K orders per item (>= 2), and as many pilot orders
+    c.eval.interval_level = 0.95    # the interval's level, in (0, 1)
+    c.eval.interval_proposal = "informed"  # informed | uniform: the law the orders are drawn from
+    c.eval.sampler_likelihood = ""  # '' | greedy_confidence | margin | left_to_right | ancestral (T = sample_steps)
     return c

@@ -44,4 +44,6 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval.input_samples = 128          # per window of a user's file: the absorbing graph's min_samples
     c.eval.sampler = "tweedie"          # tweedie (SEDD 'analytic') | euler
     c.eval.sample_steps = 64
+    for k in masked_text.ORDER_KEYS:  # any-order likelihoods: masked runs only (infodiff/orders.py)
+        del c.eval[k]
     return c

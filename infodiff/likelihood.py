@@ -47,7 +47,7 @@ from infodiff.processes import score_entropy as se
 from infodiff import validation
 from infodiff.validation import validate_tokens
 
-__all__ = ["Estimate", "estimate", "slice_rows", "SLICE_TOKENS", "nll", "conditional_nll", "paired_conditional_nll", "paired_nll", "log_ratio",
+__all__ = ["Estimate", "estimate", "slice_rows", "in_slices", "SLICE_TOKENS", "nll", "conditional_nll", "paired_conditional_nll", "paired_nll", "log_ratio",
            "masked_process", "imdse_nll", "imdse_conditional_nll", "poisson_nll", "ESTIMATORS",
            "TERMS"]
 
@@ -292,7 +292,7 @@ def slice_rows(seq_len: int, backend: str | None = None) -> int:
     return max(1, tokens // max(1, int(seq_len))) if tokens else 0
 
 
-def _in_slices(fn, rows: int, *args_R, mesh=None):
+def in_slices(fn, rows: int, *args_R, mesh=None):
     """``fn(*args_R)`` for a row-wise ``fn`` whose arguments are pytrees with leading dimension
     R, evaluated by ``lax.map`` over slices of ``rows`` rows (the last slice filled by wrapping
     around and trimmed). The same values as one evaluation, to float rounding. With a ``mesh``
@@ -324,7 +324,7 @@ def _chunk_values(process, apply_fn, params, key, s0, xs_NxBxL, target_BxL, num_
     shape [N, B, L] (a pair whose two inputs score different positions) draws each input's
     noise from the same key on its own target (common random numbers where the targets agree).
     The noise is drawn for the whole call; the denoiser runs in slices of ``rows`` rows
-    (:func:`_in_slices`; 0 = at once), split over the devices of ``mesh`` if given (the result
+    (:func:`in_slices`; 0 = at once), split over the devices of ``mesh`` if given (the result
     then whole on every device)."""
     N, B = xs_NxBxL.shape[:2]
     R = B * num_samples * per
@@ -340,7 +340,7 @@ def _chunk_values(process, apply_fn, params, key, s0, xs_NxBxL, target_BxL, num_
             tgt = jnp.repeat(target_BxL[n], num_samples * per, axis=0)
             noise = process.draw_noise(key, tgt, sample_R)
         x = jnp.repeat(xs_NxBxL[n], num_samples * per, axis=0)
-        v = _in_slices(integrand, rows, x, noise, tgt, mesh=mesh)
+        v = in_slices(integrand, rows, x, noise, tgt, mesh=mesh)
         outs.append(v.reshape(B, num_samples, per).sum(axis=-1))
     out = jnp.stack(outs)
     if mesh is not None:

@@ -92,9 +92,9 @@ def _row_keys(key, ids_Rx2):
 
 def _logprob_of_x(apply_fn, params, z_RxL, t_R, x_RxL, V, rows):
     """float32 [R, L]: log c(z, t)_{i, x_i}, and the full log-probabilities [R, L, V]."""
-    from infodiff.likelihood import _in_slices  # the driver's CPU slicing (speed only)
+    from infodiff.likelihood import in_slices  # the driver's CPU slicing (speed only)
 
-    lp = _in_slices(lambda z, t: apply_fn(params, z, t), rows, z_RxL, t_R)
+    lp = in_slices(lambda z, t: apply_fn(params, z, t), rows, z_RxL, t_R)
     if lp.shape != (*x_RxL.shape, V):
         raise ValueError(f"the denoiser returned shape {lp.shape}, expected {(*x_RxL.shape, V)} "
                          f"(vocab_size={V} does not match the denoiser?)")

@@ -51,7 +51,8 @@ from infodiff.data import text as text_data
 from infodiff.tasks.masked import SCORING_ESTIMATORS
 from infodiff.validation import check_num_samples
 
-__all__ = ["clean", "Windows", "document_windows", "response_windows", "sum_windows", "Run", "load_run",
+__all__ = ["clean", "Windows", "document_windows", "response_windows", "sum_windows", "sum_interval_windows", "Run",
+           "load_run",
            "SCORING_ESTIMATORS"]
 
 DEFAULT_INPUT_SAMPLES = 32  # per window: 2x k_dce's calibrated minimum (tests/test_calibration.py)
@@ -317,6 +318,104 @@ class Run:
                                exact=exact, info=info, se_method=ea.se_method, min_samples=ea.min_samples)
 
         return self._until(draw, seed, num_samples, target_se, max_samples, bound="nelbo_difference")
+
+
+    # -- the model's own -log p over generation orders (infodiff/orders.py) --------------------
+    def _interval_windows(self, win: Windows, num_rows: int, nelbo: lk.Estimate, seed, orders_, level, proposal,
+                          progress):
+        from infodiff import orders as orders_lib
+
+        model = self.task.order_model(self.denoiser.params)
+        oi = orders_lib.nll_interval(model["denoiser"], win.x_WxL, jax.random.fold_in(self._key(seed), INTERVAL_STREAM),
+                                 target_BxL=win.target_WxL, pad_BxL=win.pad_WxL, num_orders=orders_, proposal=proposal,
+                                 level=level, time_conditioned=model["time_conditioned"], schedule=model["schedule"],
+                                 batch_size=self.batch_size, progress=progress)
+        out = sum_interval_windows(oi, win.row_W, num_rows)
+        out.nelbo, out.nelbo_stderr = nelbo.mean, nelbo.stderr
+        return out
+
+    def nll_interval(self, texts, *, orders: int = 16, level: float = 0.95, proposal: str = "informed",
+                     seed: int | None = None, progress: bool = False, nelbo: lk.Estimate | None = None):
+        """An interval for the network's own -log p(document) per text (nats; the mixture over
+        generation orders, which :meth:`nll`'s NELBO bounds from above): an
+        :class:`infodiff.orders.OrderInterval`, rows in input order, over the windows of
+        :meth:`nll` (:func:`sum_interval_windows`), ``nelbo`` / ``nelbo_stderr`` from :meth:`nll`
+        with the same ``seed`` (or ``nelbo``, an Estimate of these rows already made). ``orders``
+        K >= 2 per window and as many pilot orders.
+        Raises ValueError for a run that is not masked diffusion, or bad settings."""
+        ids, self.last_changed = _tokens(texts, "texts")
+        _nonempty(ids, "texts")
+        self._check_interval(orders, level, proposal)
+        win = document_windows(ids, self.seq_len)
+        if nelbo is None:
+            nelbo = self._nll_windows(win, len(ids), seed, None, progress)
+        return self._interval_windows(win, len(ids), nelbo, seed, orders, level, proposal, progress)
+
+    def conditional_nll_interval(self, prompts, responses, *, orders: int = 16, level: float = 0.95,
+                                 proposal: str = "informed", seed: int | None = None, progress: bool = False,
+                                 nelbo: lk.Estimate | None = None):
+        """:meth:`nll_interval` of -log p(response | prompt) per pair, over the windows of
+        :meth:`conditional_nll`."""
+        y, y_changed = _tokens(responses, "responses")
+        _nonempty(y, "responses")
+        self._check_interval(orders, level, proposal)
+        ctx, p_changed = self._contexts(prompts, len(y))
+        self.last_changed = [_merge(a, b) for a, b in zip(p_changed, y_changed)]
+        win = response_windows(ctx, y, self.seq_len)
+        if nelbo is None:
+            nelbo = self._nll_windows(win, len(y), seed, None, progress)
+        return self._interval_windows(win, len(y), nelbo, seed, orders, level, proposal, progress)
+
+    def _check_interval(self, orders_, level, proposal):
+        """ValueError, before any work: a run that is not masked diffusion, or bad settings."""
+        from infodiff import orders as orders_lib
+        from infodiff.tasks.masked import MaskedTask
+
+        if not isinstance(self.task, MaskedTask):
+            raise ValueError(f"an NLL interval needs a masked-diffusion run; this run's process is "
+                             f"{self.task.name!r}: SEDD networks do not define the any-order conditionals used here")
+        if isinstance(orders_, bool) or not isinstance(orders_, (int, np.integer)) or orders_ < 2:
+            raise ValueError(f"orders={orders_!r} must be an integer >= 2 (orders per window)")
+        if not 0 < level < 1:
+            raise ValueError(f"level={level!r} must be in (0, 1), e.g. 0.95")
+        if proposal not in orders_lib.PROPOSALS:
+            raise ValueError(f"proposal={proposal!r}; choose from {orders_lib.PROPOSALS}")
+
+
+INTERVAL_STREAM = 0x1D1  # fold_in of a call's key for its interval: draws independent of the NELBO's
+
+
+def sum_interval_windows(oi, row_W: np.ndarray, num_rows: int):
+    """The :class:`infodiff.orders.OrderInterval` of each row from its windows' (independent):
+    ``iw`` and ``tube`` summed, their SEs in quadrature, ``lower`` / ``upper`` from those sums at
+    ``oi.level`` with the windows' Student-t quantile (K - 1 degrees of freedom, as for one
+    window: a row of one window keeps its window's numbers); ``ess`` the smallest and
+    ``pareto_k`` the largest of its windows, ``exact`` all of them, ``forward_passes`` summed."""
+    import dataclasses as dc
+
+    import scipy.special
+
+    def add(v):
+        out = np.zeros(num_rows, np.float64)
+        np.add.at(out, row_W, np.asarray(v, np.float64))
+        return out
+
+    def reduce(v, fn, fill):
+        out = np.full(num_rows, fill, np.float64)
+        fn.at(out, row_W, np.asarray(v, np.float64))
+        return out
+
+    iw, tube = add(oi.iw), add(oi.tube)
+    iw_se, tube_se = np.sqrt(add(oi.iw_stderr**2)), np.sqrt(add(oi.tube_stderr**2))
+    z = float(scipy.special.stdtrit(oi.orders - 1, 1.0 - (1.0 - oi.level) / 2.0))
+    exact = reduce(oi.exact, np.minimum, 1.0).astype(bool)
+    ess = reduce(np.where(np.isnan(oi.ess), np.inf, oi.ess), np.minimum, np.inf)
+    ess[np.isinf(ess)] = np.nan
+    k_hat = reduce(np.where(np.isnan(oi.pareto_k), -np.inf, oi.pareto_k), np.maximum, -np.inf)
+    k_hat[np.isinf(k_hat)] = np.nan
+    return dc.replace(oi, lower=tube - z * tube_se, upper=iw + z * iw_se,
+                      iw=iw, iw_stderr=iw_se, tube=tube, tube_stderr=tube_se, ess=ess, pareto_k=k_hat, exact=exact,
+                      forward_passes=add(oi.forward_passes).astype(np.int64), best_order=None)
 
 
 def _concat_samples(parts: list[lk.Estimate]) -> lk.Estimate:

@@ -86,6 +86,11 @@ VARIANTS = {
                                              "eval.channel_defensive": 0.0, "optim.decay": "constant",
                                              "model.head": "softplus"}),
     "masked_input": ("masked_text", {"eval.input": "INPUT_TXT"}),
+    # the any-order likelihood (infodiff/orders.py): the ancestral sampler reads sample_steps without samples
+    "masked_interval": ("masked_text", {"eval.interval": True, "eval.interval_orders": 2, "eval.num_generate": 0,
+                                        "eval.sampler_likelihood": "ancestral"}),
+    "masked_input_interval": ("masked_text", {"eval.input": "INPUT_TXT", "eval.interval": True,
+                                              "eval.interval_orders": 2}),
     "tabular_file": ("oracle_tabular", {"data.path": "TABLE_JSON"}),
 }
 EVERY_VARIANTS = {"masked_t_dce": ("masked_text", {"process.objective": "t_dce", "process.finite_T": 4}),

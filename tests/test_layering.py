@@ -64,7 +64,7 @@ LAYERS = {
     "validation": 0, "schedules": 0, "denoisers": 0, "interrupts": 0, "supervise": 0, "files": 0,
     "config_rules": 0,
     "processes": 1, "oracles": 1, "count_oracles": 1, "parallel": 1,
-    "likelihood": 2, "networks": 2, "data": 2, "poisson_moments": 2,
+    "likelihood": 2, "orders": 2, "networks": 2, "data": 2, "poisson_moments": 2,
     "tasks": 3,
     "training": 4, "evaluation": 4, "scoring": 4, "config_usage": 4,
     "cli": 5, "__init__": 5,

@@ -33,7 +33,7 @@ import numpy as np
 
 from infodiff import scoring
 from infodiff.validation import check_num_samples
-from infodiff.evaluation import plots
+from infodiff.evaluation import intervals, plots
 from infodiff.evaluation import report as report_lib
 
 __all__ = ["read_input", "evaluate_input", "INPUT_UNITS"]
@@ -245,16 +245,20 @@ def _evaluate_counts(config, workdir, t0) -> tuple[dict, str]:
 
 
 def _report(config, kind, quantity, units, bound, path, n_rows, workdir, step, model_length, est, summary, process_info,
-            cleaning, rows, out_dir, t0) -> dict:
+            cleaning, rows, out_dir, t0, interval=report_lib.ABSENT, figures=()) -> dict:
+    """The input report; ``figures``: more (file name, draw(binary file)) beside rows.png."""
     ev = config.eval
     attachments = _rows_files(rows)
-    buf = io.BytesIO()
-    plot_notes = report_lib.ABSENT
-    try:
-        plots.input_rows_png(buf, rows, kind, quantity, units.get("bits", "bits per character"))
-        attachments["rows.png"] = buf.getvalue()
-    except (OSError, ValueError) as e:
-        plot_notes = [f"rows.png not drawn: {e}"]
+    plot_notes = []
+    figures = [("rows.png", lambda buf: plots.input_rows_png(buf, rows, kind, quantity,
+                                                             units.get("bits", "bits per character"))), *figures]
+    for name, draw in figures:
+        buf = io.BytesIO()
+        try:
+            draw(buf)
+            attachments[name] = buf.getvalue()
+        except (OSError, ValueError) as e:
+            plot_notes.append(f"{name} not drawn: {e}")
     files = [os.path.join(out_dir, name) for name in attachments]
     rep = report_lib.InputReport(
         quantity=quantity, bound=bound, process=process_info, units=units,
@@ -266,7 +270,8 @@ def _report(config, kind, quantity, units, bound, path, n_rows, workdir, step, m
         num_samples_per_window=int(est.num_samples),
         forward_passes=int(sum(r["forward_passes"] for r in rows)), **report_lib.se_fields(est), summary=summary,
         rows_preview=rows[:10], cleaning=report_lib.ABSENT if cleaning is None else cleaning,
-        plot_notes=plot_notes, files=files, plots=[p for p in files if p.endswith(".png")],
+        plot_notes=plot_notes or report_lib.ABSENT, interval=interval, files=files,
+        plots=[p for p in files if p.endswith(".png")],
         **report_lib.common(config, int(ev.seed), t0))
     out = report_lib.Report(rep.to_dict(), attachments=attachments)
     if est.few_samples and not est.infinite_variance:
@@ -294,6 +299,10 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
     read_notes: list = []
     kind, ids, cols = read_input(path, str(ev.input_unit), notes=read_notes)
     run = scoring.load_run(workdir, config=config)
+    order = run.task.order_settings() if hasattr(run.task, "order_settings") else None
+    if order and order["interval"] and kind == "ratios":
+        raise ValueError(f"config.eval.interval=True: {path} holds ratios ({{prompt, a, b}}), which get no interval "
+                         "(a difference of two -log p); drop --config.eval.interval or score a and b as pairs")
     out_dir = _out_dir(workdir, path)
     rows, summary = [], {}
     tse = float(ev.target_se) or None
@@ -320,6 +329,13 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
                    "fraction_a_more_likely": float((est.mean > 0).mean()),
                    "se_ratio_decoupled_over_coupled_median": float(np.nanmedian(ratio))}
     changed = run.last_changed
+    oi, t_interval = None, time.time()
+    if order and order["interval"]:
+        kw = dict(orders=order["orders"], level=order["level"], proposal=order["proposal"], progress=True, nelbo=est)
+        oi = (run.nll_interval(cols["text"], **kw) if kind == "text"
+              else run.conditional_nll_interval(cols["prompt"], cols["response"], **kw))
+        run.last_changed = changed
+    t_interval = time.time() - t_interval
     passes = est.info["forward_passes_per_row"]
     for i, rid in enumerate(ids):
         r = {"id": rid, "value": float(est.mean[i]), "se": float(est.stderr[i]), "samples": int(est.num_samples),
@@ -332,6 +348,8 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
         else:
             r.update(value_decoupled=float(dec.mean[i]), se_decoupled=float(dec.stderr[i]),
                      resolved_2se=bool(abs(est.mean[i]) > 2 * est.stderr[i]))
+        if oi is not None:
+            r.update(intervals.row_fields(oi, i))
         rows.append(r)
     all_changed: dict = {}
     for c in changed:
@@ -347,7 +365,9 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
         summary.update(rows_prompt_cut=len(cut), rows_prompt_unseen=len(unseen))
     rep = _report(config, kind, quantity, {"item": "row", "nll": "nats per row"}, est.info["bound"], path, len(ids), workdir,
                   run.checkpoint_step, run.seq_len, est, summary, run.task.process_info(run.process), cleaning,
-                  rows, out_dir, t0)
+                  rows, out_dir, t0, **({} if oi is None else {
+                      "interval": intervals.block(oi, chars, t_interval, count="rows"),
+                      "figures": [("intervals.png", lambda buf: plots.intervals_png(buf, rows, quantity, oi.level))]}))
     if read_notes:
         rep.setdefault("notes", []).extend(read_notes)
     if tse is not None:

@@ -449,6 +449,40 @@ _estimator_text = row("estimator", lambda r: r["estimator"] + (
     " (INFINITE VARIANCE: SE unreliable)" if r["infinite_variance"] else ""))
 
 
+def _order_rows(name: str, label: str) -> Rows:
+    """report.txt rows of an ``interval`` / ``sampler_likelihood`` block (infodiff/evaluation/intervals.py)."""
+    def render(r):
+        b = r[name]
+        s, bits, per = b["settings"], b["bits"], "item" if "items" in b else "row"
+        how = (f"{s['sampler']}, {s['orders']} orders + {s['pilot_orders']} pilot ({s['proposal']}), "
+               f"{b.get('items', b.get('rows'))} {per}s, {b['exact_rows']} exact")
+        rows = [(label, how),
+                (f"  [lower, upper] at {s['level']:.0%} (nats / {per})",
+                 f"[{b['lower']:.4f}, {b['upper']:.4f}]  bits/char [{bits['lower']:.5f}, {bits['upper']:.5f}]"),
+                ("  IW (upper) / TUBE (lower)", f"{b['iw']:.4f} ± {b['iw_stderr']:.4f} / "
+                                                f"{b['tube']:.4f} ± {b['tube_stderr']:.4f}")]
+        if "nelbo" in b:
+            rows.append(("  NELBO, same items (MC SE)", f"{b['nelbo']:.4f} ± {b['nelbo_stderr']:.4f}  bits/char "
+                                                         f"{bits['nelbo']:.5f}"))
+        k = b["pareto_k_max"]
+        rows.append(("  ESS median / max k-hat (> 0.7)", f"{_fmt_opt(b['ess_median'], '.2f')} / "
+                     f"{_fmt_opt(k, '.2f')} ({b['rows_pareto_k_above_0_7']} rows); {b['forward_passes']} passes, "
+                     f"{b['wall_time_s']:.1f} s"))
+        return rows
+
+    return Rows(render)
+
+
+_ORDER_BLOCK_DOC = (
+    "`settings` (`what` the bracketed quantity is, `sampler` (`any_order` or the sampler), `orders` K, "
+    "`pilot_orders`, `proposal`, `level`, `temperature`, `time_conditioned`; samplers: `tokens_per_step`, "
+    "`num_steps`), `{n}`, and as a mean per {per} (nats): `lower`, `upper` (the interval at `level`, each side at "
+    "(1 − level)/2), `iw` ± `iw_stderr` (importance-weighted orders: upper side), `tube` ± `tube_stderr` (TUBE: "
+    "lower side){nelbo}; `bits`: the same keys in bits per character; `exact_rows` (rows computed by the exact "
+    "subset recursion), `ess_median` (Kish), `pareto_k_max` (null for K < 25) and `rows_pareto_k_above_0_7` (their "
+    "SEs are not trustworthy), `forward_passes`, `wall_time_s`. infodiff/orders.py")
+
+
 @dataclasses.dataclass(kw_only=True)
 class NetworkReport(Provenance, SEFields, Head):
     """A trained run evaluated on a split (``eval.mode = "network"``, ``run.evaluate_network``);
@@ -507,6 +541,16 @@ class NetworkReport(Provenance, SEFields, Head):
     sampler: str | None = key("the generator that made `samples` (not the log-SNR law of `process.sampler`)",
                               text=Shown("samples"))
     sample_steps: int = key("the generator's steps", text=Shown("samples"))
+    interval: dict = key(
+        "with `eval.interval` only (masked runs): an interval for the trained network's own −log p (the mixture "
+        "over generation orders, which `nll`, a NELBO, bounds from above) on the same items. "
+        + _ORDER_BLOCK_DOC.format(n="items", per="item", nelbo=", `nelbo` ± `nelbo_stderr` (`nll` of the same items, "
+                                  "Monte Carlo SE)"), unit="units.nll", required=False,
+        text=_order_rows("interval", "NLL interval (any order)"))
+    sampler_likelihood: dict = key(
+        "with `eval.sampler_likelihood` only (masked runs): −log p(x) of that unmasking sampler, the same keys as "
+        "`interval` (a deterministic policy: exact, `lower` = `upper`)", unit="units.nll", required=False,
+        text=_order_rows("sampler_likelihood", "sampler likelihood"))
     plot_notes: list = key(_plot_notes_doc, text=_notes("note", "plot_notes"))
     warnings: list = key("printed as `WARNING:` lines: an NLL or SE that is not finite, an NLL more than 1.96 SE "
                          "above `uniform_nll` or more than 10x it whatever the SE (under-trained, diverged, or a broken "
@@ -694,6 +738,20 @@ class InputRow(Schema):
     value_decoupled: float = key("ratios: the decoupled log-ratio", unit="nats", required=False)
     se_decoupled: float = key("ratios: its standard error", unit="nats", required=False)
     resolved_2se: bool = key("ratios: |value| > 2 `se`", required=False)
+    lower: float = key("with `eval.interval`: the interval's lower end for the row's −log p (any order)",
+                       unit="nats", required=False)
+    upper: float = key("with `eval.interval`: its upper end", unit="nats", required=False)
+    iw: float = key("with `eval.interval`: the importance-weighted estimate (upper side); summed over windows",
+                    unit="nats", required=False)
+    iw_stderr: float = key("with `eval.interval`: its SE (windows in quadrature)", unit="nats", required=False)
+    tube: float = key("with `eval.interval`: the TUBE estimate (lower side)", unit="nats", required=False)
+    tube_stderr: float = key("with `eval.interval`: its SE", unit="nats", required=False)
+    ess: float = key("with `eval.interval`: Kish's ESS of the orders' weights (the smallest over windows; NaN "
+                     "where exact)", required=False)
+    pareto_k: float = key("with `eval.interval`: Pareto k-hat (the largest over windows; NaN for K < 25)",
+                          required=False)
+    exact: bool = key("with `eval.interval`: every window computed by the exact subset recursion", required=False)
+    interval_forward_passes: int = key("with `eval.interval`: denoiser evaluations of the interval", required=False)
 
 
 def _input_summary_rows(r) -> list:
@@ -780,11 +838,16 @@ class InputReport(Provenance, PerRowSE, Head):
                                   text=Shown("target_se"))
     max_samples_per_window: int = key("with `eval.target_se` > 0 only: the bound `eval.input_max_samples`",
                                       required=False, text=Shown("target_se"))
+    interval: dict = key(
+        "with `eval.interval` only (masked runs, text and pairs): the interval of the rows' total −log p (any order). "
+        + _ORDER_BLOCK_DOC.format(n="rows", per="row", nelbo=", `nelbo` ± `nelbo_stderr` (the rows' NELBO)"),
+        unit="nats", required=False, text=_order_rows("interval", "NLL interval (any order)"))
     rows_preview: list = key("the first 10 rows of `rows.jsonl` (the table `InputRow`)", text=Lines(_preview_lines),
                              rows=_each(InputRow))
     notes: list = key("e.g. how many rows saw only part of their prompt (and which saw none), or a `target_se` not "
                       "reached", required=False, text=_notes("note", "notes"))
-    files: list = key("the files written with the report (rows.jsonl, rows.csv, rows.png)",
+    files: list = key("the files written with the report (rows.jsonl, rows.csv, rows.png; with `eval.interval` "
+                      "intervals.png)",
                       text=_notes("file", "files"))
     plot_notes: list = key(_plot_notes_doc, required=False, text=_notes("note", "plot_notes"))
 

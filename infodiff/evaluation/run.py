@@ -102,7 +102,9 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
     run's training curves (``training_curves.png`` from ``metrics.jsonl``; when they cannot be
     drawn the reason is in ``plot_notes`` and the evaluation goes on). Standard error:
     :meth:`likelihood.Estimate.split_mean` (Monte Carlo error for a whole split, at least the
-    data + Monte Carlo spread for a subset), both kinds reported. Raises FileNotFoundError for a
+    data + Monte Carlo spread for a subset), both kinds reported. Masked runs with
+    ``eval.interval`` / ``eval.sampler_likelihood`` add the ``interval`` / ``sampler_likelihood``
+    blocks on the same items (:mod:`infodiff.evaluation.intervals`). Raises FileNotFoundError for a
     workdir without checkpoints, ConfigMismatchError for a config that differs from the run's
     outside eval.*, ValueError for bad eval settings (before any work).
 
@@ -113,6 +115,7 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
     ev = config.eval
     task = tasks.make_task(config)
     task.check_eval_config()
+    order = task.order_settings() if hasattr(task, "order_settings") else None
     _check_saved_config(config, workdir)
     x, data_info, subset = task.eval_items()
     params, meta = training.load_params(workdir, task, ema=bool(ev.use_ema))
@@ -129,6 +132,11 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
     u = task.units
     per = u["tokens_per_item"] * LN2
     se = report_lib.se_fields(est)
+    blocks = {}
+    if order and (order["interval"] or order["sampler"]):
+        from infodiff.evaluation import intervals
+
+        blocks = intervals.split_blocks(task, params, x, est, nll_key, order, int(ev.batch_size))
     gen = task.generate(den, sample_key)
     extras, figures = task.eval_extras(est, x, gen)
     plots = _draw(figures, workdir)
@@ -149,7 +157,7 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
         uniform_nll=task.uniform_nll,
         warnings=report_lib.worse_than_uniform(s["mean"], s["stderr"], task.uniform_nll, u["nll"]),
         samples=gen.get("samples", []), sampler=gen.get("sampler"), sample_steps=gen.get("sample_steps", 0),
-        extras=extras, plots=plots + curves, plot_notes=notes,
+        extras=extras, plots=plots + curves, plot_notes=notes, **blocks,
         **report_lib.common(config, int(ev.seed), t0)).to_dict()
 
 

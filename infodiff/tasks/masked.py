@@ -83,9 +83,20 @@ class MaskedTask(text.TextTask):
 
     def check_eval_config(self):
         super().check_eval_config()
+        order_settings(self.config)
         if self.config.eval.estimator not in masked_lib.ESTIMATORS:
             raise ValueError(f"config.eval.estimator={self.config.eval.estimator!r}; "
                              f"choose from {masked_lib.ESTIMATORS}")
+
+    def order_settings(self) -> dict:
+        """The any-order likelihood settings of ``config.eval`` (:func:`order_settings`)."""
+        return order_settings(self.config)
+
+    def order_model(self, params) -> dict:
+        """What :func:`infodiff.orders.nll_interval` needs of this run: ``denoiser``,
+        ``time_conditioned`` (``model.time_conditioning``) and ``schedule``."""
+        return {"denoiser": self.denoiser(params), "time_conditioned": bool(self.config.model.time_conditioning),
+                "schedule": self.schedule_obj}
 
     def estimation_process(self, key=None):
         return lk.masked_process(str(self.config.eval.estimator), self.schedule_obj, self.vocab_size)
@@ -135,8 +146,62 @@ def oracle_case(config, name: str = "masked") -> OracleCase:
     return case
 
 
+def _is_true(path: str) -> cr.Test:
+    return lambda c: cr.get(c, path) is True
+
+
+def order_settings(config) -> dict:
+    """The any-order likelihood settings (infodiff/orders.py) of ``config.eval``, validated;
+    reads only the keys its mode reads (:data:`RULES`). Returns ``{"interval": bool, "orders":
+    K, "level", "proposal", "sampler": '' or one of orders.SAMPLERS, "sample_steps"}`` (None
+    where unread). Configs without the keys (older runs) give ``interval`` False.
+
+    Raises:
+      ValueError: one line naming the key and its value: ``eval.interval`` not a bool, K < 2,
+        a level outside (0, 1), an unknown proposal or sampler.
+    """
+    from infodiff import orders
+
+    ev = config.eval
+    out = {"interval": False, "orders": None, "level": None, "proposal": None, "sampler": "", "sample_steps": None}
+    if "interval" not in ev:
+        return out
+    if not isinstance(ev.interval, bool):
+        raise ValueError(f"config.eval.interval={ev.interval!r} must be True or False")
+    out["interval"] = ev.interval
+    if cr.NO_INPUT(config):
+        out["sampler"] = str(ev.sampler_likelihood)
+        if out["sampler"] not in ("",) + orders.SAMPLERS:
+            raise ValueError(f"config.eval.sampler_likelihood={ev.sampler_likelihood!r}; choose '' (none) or one "
+                             f"of {orders.SAMPLERS}")
+    if out["interval"] or out["sampler"] == "ancestral":
+        K, level = ev.interval_orders, ev.interval_level
+        if isinstance(K, bool) or not isinstance(K, int) or K < 2:
+            raise ValueError(f"config.eval.interval_orders={K!r} must be an integer >= 2 (orders per item)")
+        if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+            raise ValueError(f"config.eval.interval_level={level!r} must be in (0, 1), e.g. 0.95")
+        out.update(orders=int(K), level=float(level))
+    if out["interval"]:
+        if ev.interval_proposal not in orders.PROPOSALS:
+            raise ValueError(f"config.eval.interval_proposal={ev.interval_proposal!r}; choose from {orders.PROPOSALS}")
+        out["proposal"] = str(ev.interval_proposal)
+    if out["sampler"] == "ancestral":
+        out["sample_steps"] = int(ev.sample_steps)
+        if out["sample_steps"] < 1:
+            raise ValueError(f"config.eval.sample_steps={ev.sample_steps} must be >= 1 (the ancestral sampler's T)")
+    return out
+
+
 RULES: tuple[cr.Conditional, ...] = (
     *text.RULES,
+    # the any-order likelihood (order_settings): network mode; sampler_likelihood on the split only
+    cr.Conditional("eval.sampler_likelihood", "eval.input is not set (a split, not a file)", cr.NO_INPUT,
+                   cr.NETWORK),
+    *cr.keys(("eval.interval_orders", "eval.interval_level"),
+             "eval.interval is True or eval.sampler_likelihood = 'ancestral' (without eval.input)",
+             lambda c: cr.get(c, "eval.interval") is True
+             or (cr.NO_INPUT(c) and cr.get(c, "eval.sampler_likelihood") == "ancestral"), cr.NETWORK),
+    cr.Conditional("eval.interval_proposal", "eval.interval is True", _is_true("eval.interval"), cr.NETWORK),
     cr.Conditional("process.antithetic", "process.objective in ('t_dce', 'lambda_dce')",
                    cr.equals("process.objective", "t_dce", "lambda_dce")),
 )

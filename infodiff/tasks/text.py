@@ -127,8 +127,12 @@ def schedule_from_config(p: ml_collections.ConfigDict) -> schedules_lib.Schedule
 # Keys a text process's runs read only under a condition (infodiff/config_usage.py).
 RULES: tuple[cr.Conditional, ...] = (
     cr.Conditional("model.allow_float16", "model.dtype = 'float16'", cr.equals("model.dtype", "float16")),
-    *cr.keys(("eval.sample_steps", "eval.sampler"), "eval.num_generate > 0",
-             lambda c: int(cr.get(c, "eval.num_generate", 0)) > 0, cr.NETWORK),
+    cr.Conditional("eval.sampler", "eval.num_generate > 0", lambda c: int(cr.get(c, "eval.num_generate", 0)) > 0,
+                   cr.NETWORK),
+    # masked runs also read sample_steps as the ancestral sampler's T of eval.sampler_likelihood
+    cr.Conditional("eval.sample_steps", "eval.num_generate > 0 or eval.sampler_likelihood = 'ancestral'",
+                   lambda c: int(cr.get(c, "eval.num_generate", 0)) > 0
+                   or cr.get(c, "eval.sampler_likelihood") == "ancestral", cr.NETWORK),
     # text oracles: a table file, or the generation keys
     *cr.keys(("data.seed", "data.temperature", "data.seq_len", "data.num_support", "data.order",
               "data.generated_alphabet"), "data.path is empty (a generated table)",
