@@ -62,6 +62,7 @@ def _joint(V=3, m=4, seed=0):
     return TabularOracle(seqs, probs, "abcd"[:V]), seqs, probs
 
 
+@pytest.mark.slow
 def test_an_explicit_joint_gives_its_own_probability_by_every_route():
     orc, seqs, probs = _joint()
     rng = np.random.default_rng(1)
@@ -309,6 +310,7 @@ def _ancestral_exact(den, xs, T, sched):
     return out
 
 
+@pytest.mark.slow
 def test_ancestral_sampler_likelihood_against_enumeration_and_its_samples():
     den = RandomDenoiser(6, L=3, V=3, scale=2.0, time_weight=1.0)
     sched = schedules.LinearSchedule()
