@@ -69,6 +69,6 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval.interval = False         # True: add the interval block to the report (and to input rows)
     c.eval.interval_orders = 16     # K orders per item (>= 2), and as many pilot orders
     c.eval.interval_level = 0.95    # the interval's level, in (0, 1)
-    c.eval.interval_proposal = "informed"  # informed | uniform: the law the orders are drawn from
+    c.eval.interval_proposal = "uniform"   # uniform | informed: the law the orders are drawn from
     c.eval.sampler_likelihood = ""  # '' | greedy_confidence | margin | left_to_right | ancestral (T = sample_steps)
     return c

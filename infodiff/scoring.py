@@ -334,7 +334,7 @@ class Run:
         out.nelbo, out.nelbo_stderr = nelbo.mean, nelbo.stderr
         return out
 
-    def nll_interval(self, texts, *, orders: int = 16, level: float = 0.95, proposal: str = "informed",
+    def nll_interval(self, texts, *, orders: int = 16, level: float = 0.95, proposal: str = "uniform",
                      seed: int | None = None, progress: bool = False, nelbo: lk.Estimate | None = None):
         """An interval for the network's own -log p(document) per text (nats; the mixture over
         generation orders, which :meth:`nll`'s NELBO bounds from above): an
@@ -352,7 +352,7 @@ class Run:
         return self._interval_windows(win, len(ids), nelbo, seed, orders, level, proposal, progress)
 
     def conditional_nll_interval(self, prompts, responses, *, orders: int = 16, level: float = 0.95,
-                                 proposal: str = "informed", seed: int | None = None, progress: bool = False,
+                                 proposal: str = "uniform", seed: int | None = None, progress: bool = False,
                                  nelbo: lk.Estimate | None = None):
         """:meth:`nll_interval` of -log p(response | prompt) per pair, over the windows of
         :meth:`conditional_nll`."""

@@ -51,7 +51,7 @@ def main():
     ap.add_argument("--windows", type=int, default=24)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="")
-    ap.add_argument("--proposal", default="informed", choices=orders.PROPOSALS, help="the interval's proposal")
+    ap.add_argument("--proposal", default="uniform", choices=orders.PROPOSALS, help="the interval's proposal")
     ap.add_argument("--reuse", default="", help="a previous --out of the same workdir, seed and rows: its exact "
                     "values instead of the recursion")
     a = ap.parse_args()

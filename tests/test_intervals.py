@@ -66,7 +66,7 @@ def test_interval_settings_are_read_only_where_used():
     cu.check_overrides(c, ["eval.interval", "eval.sampler_likelihood"])
     c.eval.interval = True
     cu.check_overrides(c, ["eval.interval_orders", "eval.interval_level", "eval.interval_proposal"])
-    assert masked.order_settings(c) == {"interval": True, "orders": 16, "level": 0.95, "proposal": "informed",
+    assert masked.order_settings(c) == {"interval": True, "orders": 16, "level": 0.95, "proposal": "uniform",
                                         "sampler": "", "sample_steps": None}
     c.eval.input = "f.txt"  # a file: no sampler likelihood
     with pytest.raises(ValueError, match=r"eval\.sampler_likelihood is not read .* eval\.input is not set"):
@@ -186,7 +186,7 @@ def test_cli_split_report_has_the_interval_and_sampler_blocks(run_dir):
     b = rep["interval"]
     _check_block(b, rep["data"]["num_items"])
     assert b["settings"]["orders"] == b["settings"]["pilot_orders"] == K and b["settings"]["level"] == 0.9
-    assert b["settings"]["proposal"] == "informed" and "mixture over generation orders" in b["settings"]["what"]
+    assert b["settings"]["proposal"] == "uniform" and "mixture over generation orders" in b["settings"]["what"]
     np.testing.assert_allclose(b["nelbo"], rep["nll"], rtol=1e-9)  # the same items
     np.testing.assert_allclose(b["bits"]["iw"], b["iw"] / (16 * np.log(2)), rtol=1e-12)
     _check_block(rep["sampler_likelihood"], 3, exact_sampler=True)
