@@ -1,5 +1,8 @@
 """The network and sequences the evaluation benchmarks time (eval_throughput.py, eval_devices.py)."""
 
+import statistics
+import time
+
 import jax
 import numpy as np
 
@@ -18,3 +21,14 @@ def noisy_network(config, sequences: int):
     params = jax.tree.map(lambda p: p + 0.02 * rng.standard_normal(p.shape).astype(np.float32), params)
     x = rng.integers(0, V, (sequences, L)).astype(np.int32)
     return task, task.denoiser(params), x, np.ones(x.shape, bool), rng
+
+
+def median_time(fn, repeats: int) -> float:
+    """Median seconds of ``repeats`` calls of ``fn`` after one (compiling) call."""
+    fn()  # compiles
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)

@@ -19,9 +19,7 @@ regression shows as a ratio. A benchmark, not a test: it asserts nothing.
 """
 
 import os
-import statistics
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -38,23 +36,13 @@ _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs per estimator and mode
 _ESTIMATORS = flags.DEFINE_list("estimators", ["k_dce", "stratified", "t_dce", "time_free"], "Estimators timed.")
 
 
-def _median_time(fn, repeats: int) -> float:
-    fn()  # compiles
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def main(argv):
     del argv
     import jax
     import jax.numpy as jnp
     import numpy as np
 
-    from benchmarks.eval_inputs import noisy_network
+    from benchmarks.eval_inputs import median_time, noisy_network
     from infodiff import denoisers, likelihood
 
     config = _CONFIG.value
@@ -70,7 +58,7 @@ def main(argv):
     for rows in sorted({bs, auto or bs, 32}):
         z = jnp.asarray(rng.integers(0, V + 1, (rows, L)).astype(np.int32))
         t = jnp.full((rows,), 0.5, jnp.float32)
-        forward[rows] = rows / _median_time(lambda: jax.block_until_ready(fwd(dparams, z, t)), _REPEATS.value)
+        forward[rows] = rows / median_time(lambda: jax.block_until_ready(fwd(dparams, z, t)), _REPEATS.value)
     best_fwd = max(forward.values())
 
     table = []
@@ -84,7 +72,7 @@ def main(argv):
             def run():
                 out[mode] = likelihood.estimate(process, den, x[None], target, jax.random.PRNGKey(1), samples, bs,
                                                 rows_per_slice=rows)
-            rate[mode] = passes / _median_time(run, _REPEATS.value)
+            rate[mode] = passes / median_time(run, _REPEATS.value)
         diff = float(np.max(np.abs(out["sliced"] - out["one piece"])))
         table.append((name, f"{samples} x {per}", rate["one piece"], rate["sliced"], diff))
 

@@ -13,9 +13,7 @@ compiling run) and each rate over k_dce's. A benchmark, not a test: it asserts n
 """
 
 import os
-import statistics
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -32,21 +30,11 @@ _ORDERS = flags.DEFINE_integer("orders", 4, "Order plans per sequence.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs per driver (median reported).")
 
 
-def _median_time(fn, repeats: int) -> float:
-    fn()  # compiles
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def main(argv):
     del argv
     import jax
 
-    from benchmarks.eval_inputs import noisy_network
+    from benchmarks.eval_inputs import median_time, noisy_network
     from infodiff import likelihood, orders
 
     config = _CONFIG.value
@@ -58,7 +46,7 @@ def main(argv):
     process = likelihood.masked_process("k_dce", task.schedule_obj, V)
     key = jax.random.PRNGKey(1)
     rates = {}
-    t = _median_time(lambda: likelihood.estimate(process, den, x[None], target, key, S, bs), _REPEATS.value)
+    t = median_time(lambda: likelihood.estimate(process, den, x[None], target, key, S, bs), _REPEATS.value)
     rates[f"k_dce ({S} samples)"] = B * S / t
     for mode, K in (("informed", _ORDERS.value), ("uniform", _ORDERS.value), ("greedy_confidence", 1)):
         passes = []
@@ -67,7 +55,7 @@ def main(argv):
             _, p = orders.plan_log_weights(den, x, key, K, mode=mode, schedule=task.schedule_obj, batch_size=bs)
             passes.append(int(p.sum()))
 
-        t = _median_time(run, _REPEATS.value)
+        t = median_time(run, _REPEATS.value)
         rates[f"orders {mode} ({K} plans)"] = passes[-1] / t
     base = next(iter(rates.values()))
     dev = jax.devices()[0]

@@ -464,6 +464,9 @@ def exit_on_user_error(main: Callable) -> Callable:
     return wrapped
 
 
+ONLY_MASKED_KEYS = ("interval", "interval_orders", "interval_level", "interval_proposal", "sampler_likelihood")
+
+
 def config_flag_error(e: BaseException, argv: list[str]) -> str:
     """One line for an error raised while absl / ml_collections parse the flags: an unknown
     (e.g. misspelt) ``--config.*`` key names the flag and ml_collections' suggestion; a config
@@ -473,6 +476,11 @@ def config_flag_error(e: BaseException, argv: list[str]) -> str:
         return ("error: --config.* overrides need a config: give --workdir W (a training run) or "
                 "--config configs/<experiment>.py")
     text = str(e).replace("\\'", "'")
+    for name in ONLY_MASKED_KEYS:
+        if re.search(rf"['.]{name}'", text):
+            flag = next((a.split("=")[0] for a in argv if a.split("=")[0].endswith(f".{name}")), name)
+            return (f"error: {flag}: NLL intervals and sampler likelihoods are for masked-diffusion runs (they use "
+                    "the any-order conditionals of a masked denoiser); this config has no such key")
     key = re.search(r"'(\w+)'", text)
     if isinstance(e, (AttributeError, KeyError)) and key:
         name = key.group(1)

@@ -74,7 +74,7 @@ from infodiff import schedules as schedules_lib
 from infodiff.validation import check_num_samples, validate_tokens
 
 __all__ = ["PROPOSALS", "POLICIES", "SAMPLERS", "OrderInterval", "plan_log_weights", "exact_any_order",
-           "interval_statistics", "cross_fitted_statistics", "pareto_k", "nll_interval", "conditional_nll_interval", "sampler_nll",
+           "interval_statistics", "cross_fitted_statistics", "side_quantiles", "pareto_k", "nll_interval", "conditional_nll_interval", "sampler_nll",
            "MAX_EXACT_TARGETS"]
 
 PROPOSALS = ("uniform", "informed")
@@ -184,6 +184,25 @@ def _ancestral(apply_fn, params, key, ids_R, x_RxL, target_RxL, pad_RxL, *, num_
     return logw
 
 
+def _in_calls(call, N: int, chunk: int, tail: tuple, progress: bool, desc: str) -> np.ndarray:
+    """float64 [N, *tail]: ``call(sel)`` over calls of ``chunk`` rows (the last filled by wrapping
+    around and trimmed: one compilation), with a tqdm bar (ETA) when ``progress``."""
+    out = np.zeros((N, *tail), np.float64)
+    bar = None
+    if progress and jax.process_index() == 0:
+        import tqdm
+
+        bar = tqdm.tqdm(total=-(-N // chunk), desc=desc, unit="batch")
+    for r0 in range(0, N, chunk):
+        k = min(chunk, N - r0)
+        out[r0:r0 + k] = np.asarray(call(np.arange(r0, r0 + chunk) % N), np.float64)[:k]
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return out
+
+
 def _passes(mode: str, n_B: np.ndarray, per_step: int, num_steps: int) -> np.ndarray:
     if mode == "ancestral":
         return np.full(n_B.shape, num_steps, np.int64)
@@ -232,27 +251,15 @@ def plan_log_weights(denoiser, x_BxL, key, num_plans: int, *, target_BxL=None, p
     chunk = max(1, min(int(batch_size), R))
     rb = np.repeat(np.arange(B), K)
     ids = np.stack([rb, first_plan + np.tile(np.arange(K), B)], axis=1)
-    out = np.zeros(R, np.float64)
-    bar = None
-    if progress and jax.process_index() == 0:
-        import tqdm
-
-        bar = tqdm.tqdm(total=-(-R // chunk), desc=desc or f"{mode} ({B} rows x {K} plans)", unit="batch")
-    for r0 in range(0, R, chunk):
-        sel = np.arange(r0, r0 + chunk) % R
+    def call(sel):
         args = (params, key, jnp.asarray(ids[sel], jnp.int32), jnp.asarray(x[rb[sel]]),
                 jnp.asarray(target[rb[sel]]), jnp.asarray(pad[rb[sel]]))
         if mode == "ancestral":
-            v = _ancestral(apply_fn, *args, num_steps=steps, V=V, schedule=schedule, rows=rows)
-        else:
-            v = _sequential(apply_fn, *args, jnp.float32(temperature), mode=mode, num_steps=steps,
-                            per_step=int(tokens_per_step), V=V, schedule=schedule, rows=rows)
-        k = min(chunk, R - r0)
-        out[r0:r0 + k] = np.asarray(v, np.float64)[:k]
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+            return _ancestral(apply_fn, *args, num_steps=steps, V=V, schedule=schedule, rows=rows)
+        return _sequential(apply_fn, *args, jnp.float32(temperature), mode=mode, num_steps=steps,
+                           per_step=int(tokens_per_step), V=V, schedule=schedule, rows=rows)
+
+    out = _in_calls(call, R, chunk, (), progress, desc or f"{mode} ({B} rows x {K} plans)")
     log_w = out.reshape(B, K)
     bad = ~np.isfinite(log_w)
     if bad.any():
@@ -320,22 +327,9 @@ def exact_any_order(denoiser, x_BxL, *, target_BxL=None, pad_BxL=None, vocab_siz
     row_all = np.concatenate([np.full(len(r), b) for b, r in enumerate(items)])
     N = len(rev_all)
     chunk = max(1, min(int(batch_size), N))
-    lc_all = np.zeros((N, L), np.float64)
-    bar = None
-    if progress and jax.process_index() == 0:
-        import tqdm
-
-        bar = tqdm.tqdm(total=-(-N // chunk), desc=f"exact recursion ({B} rows, {N} passes)", unit="batch")
-    for r0 in range(0, N, chunk):
-        sel = np.arange(r0, r0 + chunk) % N
-        v = _subset_logprobs(apply_fn, params, jnp.asarray(x[row_all[sel]]), jnp.asarray(rev_all[sel]),
-                             V=V, rows=rows)
-        k = min(chunk, N - r0)
-        lc_all[r0:r0 + k] = np.asarray(v, np.float64)[:k]
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+    lc_all = _in_calls(lambda sel: _subset_logprobs(apply_fn, params, jnp.asarray(x[row_all[sel]]),
+                                                    jnp.asarray(rev_all[sel]), V=V, rows=rows),
+                       N, chunk, (L,), progress, f"exact recursion ({B} rows, {N} passes)")
     nll, best, tables = np.zeros(B), np.zeros(B), []
     start = 0
     for b in range(B):
@@ -430,15 +424,27 @@ def cross_fitted_statistics(log_w_a_BxK: np.ndarray, log_w_b_BxK: np.ndarray, le
     :func:`interval_statistics`). Upper side: IW over all plans of a and b. Lower side: TUBE with
     psi from a estimated on b, and with psi from b on a; the lower of the two confidence bounds
     (both are valid lower bounds, so taking the smaller only adds coverage where the weights'
-    tail was missed by one set). ``tube`` / ``tube_stderr`` are that direction's."""
+    tail was missed by one set), clipped at 0 (a -log p is >= 0). ``tube`` / ``tube_stderr`` are
+    that direction's; ``tube`` can exceed ``iw`` (it is computed from half the plans)."""
     a, b = np.asarray(log_w_a_BxK, np.float64), np.asarray(log_w_b_BxK, np.float64)
     psi = lambda lw: scipy.special.logsumexp(lw, axis=1) - math.log(lw.shape[1])
     out = interval_statistics(np.concatenate([a, b], axis=1), psi(a), level)
     ab, ba = interval_statistics(b, psi(a), level), interval_statistics(a, psi(b), level)
-    first = ab["lower"] <= ba["lower"]
-    for k in ("tube", "tube_stderr", "lower"):
+    z_lower, _ = side_quantiles(a.shape[1], b.shape[1], level)
+    lower_ab, lower_ba = ab["tube"] - z_lower * ab["tube_stderr"], ba["tube"] - z_lower * ba["tube_stderr"]
+    first = lower_ab <= lower_ba
+    for k in ("tube", "tube_stderr"):
         out[k] = np.where(first, ab[k], ba[k])
+    out["lower"] = np.maximum(0.0, np.minimum(lower_ab, lower_ba))  # -log p >= 0: a lower end below 0 says nothing
     return out
+
+
+def side_quantiles(orders: int, pilot_orders: int, level: float) -> tuple[float, float]:
+    """(z of the lower side, z of the upper side) of :func:`cross_fitted_statistics`: Student-t
+    quantiles at 1 - (1 - level) / 2 with min(K, pilot) - 1 and K + pilot - 1 degrees of freedom."""
+    q = 1.0 - (1.0 - level) / 2.0
+    return (float(scipy.special.stdtrit(min(orders, pilot_orders) - 1, q)),
+            float(scipy.special.stdtrit(orders + pilot_orders - 1, q)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -484,13 +490,19 @@ class OrderInterval:
 
     def total(self) -> dict:
         """The interval of the sum over rows (nats): each side's estimates summed, SEs in
-        quadrature, at ``level`` (normal quantile across rows)."""
-        z = float(scipy.special.ndtri(1.0 - (1.0 - self.level) / 2.0))
+        quadrature, at ``level`` with the rows' own Student-t quantiles (:func:`side_quantiles`;
+        so never narrower than one row's), the lower end clipped at 0."""
+        if self.pilot_orders:
+            z_lower, z_upper = side_quantiles(self.orders, self.pilot_orders, self.level)
+        else:  # a deterministic sampler: exact, SE 0
+            z_lower = z_upper = 0.0
         iw, tube = float(self.iw.sum()), float(self.tube.sum())
         se_iw = float(np.sqrt(np.sum(self.iw_stderr**2)))
         se_tube = float(np.sqrt(np.sum(self.tube_stderr**2)))
         out = {"rows": len(self.iw), "iw": iw, "iw_stderr": se_iw, "tube": tube, "tube_stderr": se_tube,
-               "lower": tube - z * se_tube, "upper": iw + z * se_iw, "exact_rows": int(self.exact.sum()),
+               "lower": max(0.0, tube - z_lower * se_tube), "upper": iw + z_upper * se_iw,
+               "exact_rows": int(self.exact.sum()), "rows_lower_clipped": int(np.sum(self.lower <= 0.0) - np.sum(
+                   self.exact & (self.lower <= 0.0))),
                "forward_passes": int(self.forward_passes.sum())}
         if self.nelbo is not None:
             out["nelbo"] = float(self.nelbo.sum())
@@ -610,8 +622,8 @@ def sampler_nll(denoiser, x_BxL, key, *, sampler: str = "greedy_confidence", tar
     V = denoisers.vocab_size_of(denoiser, vocab_size)
     kw = dict(target_BxL=target_BxL, pad_BxL=pad_BxL, vocab_size=V, batch_size=batch_size, schedule=schedule,
               progress=progress, rows_per_slice=rows_per_slice)
-    settings = {"sampler": sampler, "tokens_per_step": int(tokens_per_step),
-                "num_steps": None if num_steps is None else int(num_steps)}
+    settings = ({"sampler": sampler, "tokens_per_step": int(tokens_per_step)} if sampler in POLICIES
+                else {"sampler": sampler, "num_steps": None if num_steps is None else int(num_steps)})
     if sampler in POLICIES:
         lw, passes = plan_log_weights(denoiser, x_BxL, key, 1, mode=sampler, tokens_per_step=tokens_per_step, **kw)
         v = -lw[:, 0]

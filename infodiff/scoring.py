@@ -376,8 +376,8 @@ class Run:
                              f"{self.task.name!r}: SEDD networks do not define the any-order conditionals used here")
         if isinstance(orders_, bool) or not isinstance(orders_, (int, np.integer)) or orders_ < 2:
             raise ValueError(f"orders={orders_!r} must be an integer >= 2 (orders per window)")
-        if not 0 < level < 1:
-            raise ValueError(f"level={level!r} must be in (0, 1), e.g. 0.95")
+        if isinstance(level, bool) or not isinstance(level, (float, int, np.floating)) or not 0 < level < 1:
+            raise ValueError(f"level={level!r} must be a number in (0, 1), e.g. 0.95")
         if proposal not in orders_lib.PROPOSALS:
             raise ValueError(f"proposal={proposal!r}; choose from {orders_lib.PROPOSALS}")
 
@@ -388,12 +388,10 @@ INTERVAL_STREAM = 0x1D1  # fold_in of a call's key for its interval: draws indep
 def sum_interval_windows(oi, row_W: np.ndarray, num_rows: int):
     """The :class:`infodiff.orders.OrderInterval` of each row from its windows' (independent):
     ``iw`` and ``tube`` summed, their SEs in quadrature, ``lower`` / ``upper`` from those sums at
-    ``oi.level`` with the windows' Student-t quantile (K - 1 degrees of freedom, as for one
-    window: a row of one window keeps its window's numbers); ``ess`` the smallest and
+    ``oi.level`` with the windows' Student-t quantiles (:func:`infodiff.orders.side_quantiles`, as
+    for one window: a row of one window keeps its window's numbers); ``ess`` the smallest and
     ``pareto_k`` the largest of its windows, ``exact`` all of them, ``forward_passes`` summed."""
     import dataclasses as dc
-
-    import scipy.special
 
     def add(v):
         out = np.zeros(num_rows, np.float64)
@@ -407,13 +405,15 @@ def sum_interval_windows(oi, row_W: np.ndarray, num_rows: int):
 
     iw, tube = add(oi.iw), add(oi.tube)
     iw_se, tube_se = np.sqrt(add(oi.iw_stderr**2)), np.sqrt(add(oi.tube_stderr**2))
-    z = float(scipy.special.stdtrit(oi.orders - 1, 1.0 - (1.0 - oi.level) / 2.0))
+    from infodiff import orders as orders_lib
+
+    z_lower, z_upper = orders_lib.side_quantiles(oi.orders, oi.pilot_orders, oi.level)
     exact = reduce(oi.exact, np.minimum, 1.0).astype(bool)
     ess = reduce(np.where(np.isnan(oi.ess), np.inf, oi.ess), np.minimum, np.inf)
     ess[np.isinf(ess)] = np.nan
     k_hat = reduce(np.where(np.isnan(oi.pareto_k), -np.inf, oi.pareto_k), np.maximum, -np.inf)
     k_hat[np.isinf(k_hat)] = np.nan
-    return dc.replace(oi, lower=tube - z * tube_se, upper=iw + z * iw_se,
+    return dc.replace(oi, lower=np.maximum(0.0, tube - z_lower * tube_se), upper=iw + z_upper * iw_se,
                       iw=iw, iw_stderr=iw_se, tube=tube, tube_stderr=tube_se, ess=ess, pareto_k=k_hat, exact=exact,
                       forward_passes=add(oi.forward_passes).astype(np.int64), best_order=None)
 

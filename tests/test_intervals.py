@@ -110,11 +110,12 @@ def test_windows_sum_iw_and_tube_with_ses_in_quadrature():
         ess=np.array([2.0, 3.0, np.nan, 1.5, np.nan]), pareto_k=np.full(5, np.nan), exact=exact,
         forward_passes=np.array([10, 20, 7, 30, 7]), orders=K, pilot_orders=K, proposal="informed", level=level)
     out = scoring.sum_interval_windows(oi, np.array([0, 0, 1, 2, 2]), 3)
-    t = scipy.stats.t.ppf(1 - (1 - level) / 2, K - 1)  # the windows' own quantile (K - 1 degrees of freedom)
+    t_lo = scipy.stats.t.ppf(1 - (1 - level) / 2, K - 1)  # the windows' own quantiles: TUBE on K orders,
+    t_up = scipy.stats.t.ppf(1 - (1 - level) / 2, 2 * K - 1)  # IW on the K orders and the K pilot orders
     np.testing.assert_allclose(out.iw, [iw[0] + iw[1], iw[2], iw[3] + iw[4]])
     np.testing.assert_allclose(out.iw_stderr[0], np.hypot(iw_se[0], iw_se[1]))
-    np.testing.assert_allclose(out.upper[0], iw[0] + iw[1] + t * np.hypot(iw_se[0], iw_se[1]))
-    np.testing.assert_allclose(out.lower[2], tube[3] + tube[4] - t * tube_se[3])
+    np.testing.assert_allclose(out.upper[0], iw[0] + iw[1] + t_up * np.hypot(iw_se[0], iw_se[1]))
+    np.testing.assert_allclose(out.lower[2], tube[3] + tube[4] - t_lo * tube_se[3])
     assert out.lower[1] == out.upper[1] == iw[2]  # an exact window: no width
     np.testing.assert_array_equal(out.exact, [False, True, False])
     np.testing.assert_array_equal(out.forward_passes, [30, 7, 37])
@@ -145,9 +146,9 @@ def test_api_rows_are_orders_intervals_of_the_windows(run_dir):
     nelbo = run.nll(DOCS, seed=5)
     np.testing.assert_array_equal(oi.nelbo, nelbo.mean)
     np.testing.assert_array_equal(oi.nelbo_stderr, nelbo.stderr)
-    assert np.all(oi.tube <= oi.iw) and np.all(oi.lower <= oi.upper)
+    assert np.all(oi.lower <= oi.upper)
     c = run.conditional_nll_interval(["the cat sat on", ""], ["the mat", "the dog"], orders=K, seed=5)
-    assert c.iw.shape == (2,) and np.all(c.tube <= c.iw)
+    assert c.iw.shape == (2,) and np.all(c.lower <= c.upper)
     np.testing.assert_array_equal(c.nelbo, run.conditional_nll(["the cat sat on", ""], ["the mat", "the dog"],
                                                                  seed=5).mean)
     with pytest.raises(ValueError, match=r"^orders=1 must be an integer >= 2"):
@@ -166,7 +167,7 @@ def _cli(args):
 
 def _check_block(b, items, exact_sampler=False):
     assert b["items" if "items" in b else "rows"] == items
-    assert b["lower"] <= b["upper"] and b["tube"] <= b["iw"]
+    assert b["lower"] <= b["upper"]
     assert b["lower"] <= b["tube"] and b["iw"] <= b["upper"]
     assert b["bits"]["lower"] <= b["bits"]["upper"] and b["forward_passes"] > 0
     if exact_sampler:
@@ -218,7 +219,7 @@ def test_input_rows_gain_interval_fields_and_the_figure(run_dir, tmp_path):
     for r, a in zip(rows, api.rows()):
         for k in ("lower", "upper", "iw", "iw_stderr", "tube", "tube_stderr"):
             np.testing.assert_allclose(r[k], a[k], rtol=1e-6, err_msg=k)  # devices split: float rounding
-        assert r["exact"] == a["exact"] and r["interval_forward_passes"] == a["forward_passes"] and r["tube"] <= r["iw"]
+        assert r["exact"] == a["exact"] and r["interval_forward_passes"] == a["forward_passes"] and r["lower"] <= r["upper"]
     header = rep.attachments["rows.csv"].decode().splitlines()[0].split(",")
     assert {"lower", "upper", "iw", "iw_stderr", "tube", "tube_stderr", "ess", "pareto_k", "exact",
             "interval_forward_passes"} <= set(header)
@@ -227,3 +228,49 @@ def test_input_rows_gain_interval_fields_and_the_figure(run_dir, tmp_path):
     Path(cfg.eval.input).write_text(json.dumps({"prompt": "the", "a": "cat", "b": "dog"}) + "\n")
     with pytest.raises(ValueError, match=r"holds ratios .* get no interval"):
         evaluation.evaluate(cfg, str(run_dir))
+
+
+def test_report_text_of_a_deterministic_sampler_and_of_clipped_rows():
+    from infodiff.evaluation import intervals, report
+
+    v = np.array([10.0, 12.0])
+    det = orders.OrderInterval(what="greedy_confidence", lower=v, upper=v, iw=v, iw_stderr=np.zeros(2), tube=v,
+                               tube_stderr=np.zeros(2), ess=np.ones(2), pareto_k=np.full(2, np.nan),
+                               exact=np.ones(2, bool), forward_passes=np.array([4, 4]), orders=1, pilot_orders=0,
+                               proposal="greedy_confidence", level=0.95,
+                               settings={"sampler": "greedy_confidence", "tokens_per_step": 1})
+    b = intervals.block(det, np.array([4, 4]), 0.1)
+    text = dict(report._order_rows("sampler_likelihood", "sampler").render({"sampler_likelihood": b}))
+    assert "exact (one path)" in text["sampler"] and "± 0.0000" not in " ".join(text.values())
+    mc = orders.OrderInterval(what="any_order", lower=np.array([0.0, 3.0]), upper=np.array([9.0, 8.0]),
+                              iw=np.array([8.0, 7.0]), iw_stderr=np.ones(2), tube=np.array([1.0, 5.0]),
+                              tube_stderr=np.array([9.0, 1.0]), ess=np.ones(2), pareto_k=np.full(2, np.nan),
+                              exact=np.zeros(2, bool), forward_passes=np.array([8, 8]), orders=4, pilot_orders=4,
+                              proposal="uniform", level=0.999)
+    b = intervals.block(mc, np.array([4, 4]), 0.1)
+    assert b["rows_lower_clipped"] == 1
+    text = dict(report._order_rows("interval", "interval").render({"interval": b}))
+    assert any("at 99.9%" in k for k in text) and "clipped" in text["  WARNING"]
+
+
+def test_oracle_mode_on_a_training_config_is_refused_in_one_line():
+    from infodiff.evaluation import run as run_lib
+
+    c = _masked_config(mode="oracle")
+    with pytest.raises(ValueError, match=r"needs an oracle config"):
+        run_lib.evaluate(c, None)
+
+
+def test_interval_keys_on_a_config_without_them_say_why():
+    from absl import flags
+    from ml_collections import config_flags
+
+    from infodiff import cli
+
+    fv = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", flag_values=fv)
+    argv = ["evaluate.py", f"--config={REPO / 'configs' / 'sedd_absorb_text.py'}", "--config.eval.interval=True"]
+    with pytest.raises(Exception) as e:
+        fv(argv)
+    line = cli.config_flag_error(e.value, argv)
+    assert line.startswith("error: --config.eval.interval: NLL intervals") and "masked-diffusion" in line

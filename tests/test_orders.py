@@ -351,3 +351,15 @@ def test_bad_settings_are_refused_up_front():
         orders.exact_any_order(den, x, max_targets=3)
     with pytest.raises(ValueError, match="tokens_per_step"):
         orders.sampler_nll(den, x, key, tokens_per_step=0)
+
+
+def test_the_total_is_never_narrower_than_a_row_and_lower_ends_are_clipped_at_zero():
+    rng = np.random.default_rng(0)
+    lw_a, lw_b = rng.normal(-5, 0.3, (1, 4)), rng.normal(-5, 0.3, (1, 4))
+    st = orders.cross_fitted_statistics(lw_a, lw_b, 0.95)
+    oi = orders.OrderInterval(what="any_order", **st, exact=np.zeros(1, bool), forward_passes=np.array([8]),
+                              orders=4, pilot_orders=4, proposal="uniform", level=0.95)
+    t = oi.total()
+    assert t["lower"] == pytest.approx(st["lower"][0]) and t["upper"] == pytest.approx(st["upper"][0])
+    wild = orders.cross_fitted_statistics(np.array([[-1.0, -60.0]]), np.array([[-60.0, -61.0]]), 0.95)
+    assert wild["lower"][0] == 0.0 and wild["upper"][0] > 0  # the raw lower end is far below 0

@@ -366,7 +366,7 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
     rep = _report(config, kind, quantity, {"item": "row", "nll": "nats per row"}, est.info["bound"], path, len(ids), workdir,
                   run.checkpoint_step, run.seq_len, est, summary, run.task.process_info(run.process), cleaning,
                   rows, out_dir, t0, **({} if oi is None else {
-                      "interval": intervals.block(oi, chars, t_interval, count="rows"),
+                      "interval": intervals.block(oi, chars, t_interval, count="rows", nelbo_total_stderr=est.total()[1]),
                       "figures": [("intervals.png", lambda buf: plots.intervals_png(buf, rows, quantity, oi.level))]}))
     if read_notes:
         rep.setdefault("notes", []).extend(read_notes)

@@ -15,6 +15,7 @@ import time
 
 import jax
 import numpy as np
+from absl import logging
 
 from infodiff import orders
 
@@ -33,12 +34,17 @@ def _what(oi: orders.OrderInterval) -> str:
     return WHAT.get(oi.what) or WHAT["policy"].format(oi.what)
 
 
-def block(oi: orders.OrderInterval, units_B: np.ndarray, wall_time_s: float, count: str = "items") -> dict:
+def block(oi: orders.OrderInterval, units_B: np.ndarray, wall_time_s: float, count: str = "items",
+          nelbo_total_stderr: float | None = None) -> dict:
     """The report block of ``oi`` (rows: the items, ``nelbo`` filled): the total over items as a
     mean per item, nats, and per unit (``units_B`` characters per item, float [B]) in bits;
     ``settings``; exact rows, the median Kish ESS, the largest Pareto k-hat (null when none was
-    fitted: K < 25) and the rows above 0.7, forward passes, wall time (s)."""
+    fitted: K < 25) and the rows above 0.7, the rows whose lower end was clipped at 0, forward
+    passes, wall time (s). ``nelbo_total_stderr``: the NELBO's SE of the sum, as the rest of the
+    report gives it (:meth:`likelihood.Estimate.total`; default the rows' SEs in quadrature)."""
     t = oi.total()
+    if nelbo_total_stderr is not None and "nelbo" in t:
+        t["nelbo_stderr"] = float(nelbo_total_stderr)
     n, units = t["rows"], float(np.sum(units_B))
     keys = ("lower", "upper", "iw", "iw_stderr", "tube", "tube_stderr", "nelbo", "nelbo_stderr")
     k_hat = oi.pareto_k[np.isfinite(oi.pareto_k)]
@@ -52,6 +58,7 @@ def block(oi: orders.OrderInterval, units_B: np.ndarray, wall_time_s: float, cou
         "ess_median": float(np.median(ess)) if len(ess) else None,
         "pareto_k_max": float(k_hat.max()) if len(k_hat) else None,
         "rows_pareto_k_above_0_7": int(np.sum(k_hat > 0.7)),
+        "rows_lower_clipped": t["rows_lower_clipped"],
         "forward_passes": t["forward_passes"], "wall_time_s": float(wall_time_s)}
 
 
@@ -62,6 +69,11 @@ def split_blocks(task, params, x_BxL, est, key, settings: dict, batch_size: int)
     model = task.order_model(params)
     L = x_BxL.shape[1]
     out = {}
+    need = 2 * settings["orders"] * L * len(x_BxL) if settings["interval"] else 0
+    if need > 20 * est.forward_passes * len(x_BxL):
+        logging.warning("the interval takes about %d forward passes, %.0fx the NELBO's %d; "
+                        "--config.eval.max_sequences=N evaluates a random subset of N items",
+                        need, need / max(1, est.forward_passes * len(x_BxL)), est.forward_passes * len(x_BxL))
     common = dict(schedule=model["schedule"], batch_size=batch_size, progress=True)
     if settings["interval"]:
         t0 = time.time()
@@ -69,7 +81,7 @@ def split_blocks(task, params, x_BxL, est, key, settings: dict, batch_size: int)
                                  num_orders=settings["orders"], proposal=settings["proposal"], level=settings["level"],
                                  time_conditioned=model["time_conditioned"], **common)
         oi.nelbo, oi.nelbo_stderr = est.mean, est.stderr
-        out["interval"] = block(oi, np.full(len(x_BxL), L), time.time() - t0)
+        out["interval"] = block(oi, np.full(len(x_BxL), L), time.time() - t0, nelbo_total_stderr=est.total()[1])
     if settings["sampler"]:
         t0 = time.time()
         s = settings["sampler"]
@@ -78,7 +90,8 @@ def split_blocks(task, params, x_BxL, est, key, settings: dict, batch_size: int)
         oi = orders.sampler_nll(model["denoiser"], x_BxL, jax.random.fold_in(key, _STREAM["sampler"]), sampler=s,
                                 **kw, **common)
         oi.nelbo, oi.nelbo_stderr = est.mean, est.stderr
-        out["sampler_likelihood"] = block(oi, np.full(len(x_BxL), L), time.time() - t0)
+        out["sampler_likelihood"] = block(oi, np.full(len(x_BxL), L), time.time() - t0,
+                                          nelbo_total_stderr=est.total()[1])
     return out
 
 

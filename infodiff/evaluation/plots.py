@@ -305,13 +305,18 @@ def input_rows_png(path, rows: list[dict], kind: str, quantity: str, bits: str =
 def intervals_png(path, rows: list[dict], quantity: str, level: float) -> None:
     """Per row of a scored input file (x: the rows, ids as ticks up to 30 rows; ``path`` a file
     name or a binary file object): its interval [``lower``, ``upper``] for the model's own -log p
-    (infodiff/orders.py) as a bar, and its NELBO ``value`` +- 2 ``se`` as a point, nats."""
+    (infodiff/orders.py) as a bar (a square where it was computed exactly), and its NELBO
+    ``value`` +- 2 ``se`` as a point, nats."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(6.0, min(16.0, 0.35 * len(rows) + 3)), 4))
     i = np.arange(len(rows))
     lo = np.array([r["lower"] for r in rows])
     hi = np.array([r["upper"] for r in rows])
-    ax.bar(i, hi - lo, bottom=lo, width=0.6, color="C0", alpha=0.45, label=f"interval at {level:.0%} (any order)")
+    exact = np.array([bool(r.get("exact")) for r in rows])
+    ax.bar(i[~exact], (hi - lo)[~exact], bottom=lo[~exact], width=0.6, color="C0", alpha=0.45,
+           label=f"{100 * level:g}% interval for the model's -log p (any order)")
+    if exact.any():
+        ax.plot(i[exact], lo[exact], "s", color="C0", ms=6, label="the model's -log p, exact (subset recursion)")
     ax.errorbar(i, [r["value"] for r in rows], yerr=[2 * r["se"] for r in rows], fmt="o", ms=3, capsize=2,
                 color="C3", label="NELBO ± 2 SE")
     ax.set_xlabel("row")
@@ -319,7 +324,7 @@ def intervals_png(path, rows: list[dict], quantity: str, level: float) -> None:
     if len(rows) <= 30:
         ax.set_xticks(i, [str(r["id"]) for r in rows], rotation=90, fontsize=7)
         ax.set_xlabel("row id")
-    ax.set_title(f"{len(rows)} rows: the model's -log p lies in the bar, the NELBO bounds it from above")
+    ax.set_title(f"{len(rows)} rows: the model's own -log p and its NELBO (an upper bound)", fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -454,20 +454,35 @@ def _order_rows(name: str, label: str) -> Rows:
     def render(r):
         b = r[name]
         s, bits, per = b["settings"], b["bits"], "item" if "items" in b else "row"
-        how = (f"{s['sampler']}, {s['orders']} orders + {s['pilot_orders']} pilot ({s['proposal']}), "
-               f"{b.get('items', b.get('rows'))} {per}s, {b['exact_rows']} exact")
-        rows = [(label, how),
-                (f"  [lower, upper] at {s['level']:.0%} (nats / {per})",
-                 f"[{b['lower']:.4f}, {b['upper']:.4f}]  bits/char [{bits['lower']:.5f}, {bits['upper']:.5f}]"),
-                ("  IW (upper) / TUBE (lower)", f"{b['iw']:.4f} ± {b['iw_stderr']:.4f} / "
-                                                f"{b['tube']:.4f} ± {b['tube_stderr']:.4f}")]
+        n = b.get("items", b.get("rows"))
+        if not s["pilot_orders"]:  # a deterministic sampler: one path, exact
+            rows = [(label, f"{s['sampler']}, {s['tokens_per_step']} token(s) per step, {n} {per}s, exact (one path)"),
+                    (f"  -log p (nats / {per})", f"{b['iw']:.4f}  bits/char {bits['iw']:.5f}")]
+        else:
+            how = (f"{s['sampler']}, {s['orders']} orders + {s['pilot_orders']} pilot ({s['proposal']}), "
+                   f"{n} {per}s, {b['exact_rows']} exact")
+            rows = [(label, how),
+                    (f"  [lower, upper] at {100 * s['level']:g}% (nats / {per})",
+                     f"[{b['lower']:.4f}, {b['upper']:.4f}]  bits/char [{bits['lower']:.5f}, {bits['upper']:.5f}]"),
+                    ("  IW (upper) / TUBE (lower)", f"{b['iw']:.4f} ± {b['iw_stderr']:.4f} / "
+                                                    f"{b['tube']:.4f} ± {b['tube_stderr']:.4f}")]
         if "nelbo" in b:
             rows.append(("  NELBO, same items (MC SE)", f"{b['nelbo']:.4f} ± {b['nelbo_stderr']:.4f}  bits/char "
                                                          f"{bits['nelbo']:.5f}"))
+        if not s["pilot_orders"]:
+            rows.append(("  cost", f"{b['forward_passes']} passes, {b['wall_time_s']:.1f} s"))
+            return rows
         k = b["pareto_k_max"]
         rows.append(("  ESS median / max k-hat (> 0.7)", f"{_fmt_opt(b['ess_median'], '.2f')} / "
                      f"{_fmt_opt(k, '.2f')} ({b['rows_pareto_k_above_0_7']} rows); {b['forward_passes']} passes, "
                      f"{b['wall_time_s']:.1f} s"))
+        if b.get("rows_lower_clipped"):
+            rows.append(("  WARNING", f"the lower end of {b['rows_lower_clipped']} {per}s fell below 0 and was clipped: "
+                         "the TUBE side's SE is large there (too few orders for these weights; raise "
+                         "eval.interval_orders)"))
+        if b["rows_pareto_k_above_0_7"]:
+            rows.append(("  WARNING", f"k-hat > 0.7 for {b['rows_pareto_k_above_0_7']} {per}s: the weights' variance "
+                         "is effectively infinite there, so their SEs and this interval are not trustworthy (PSIS)"))
         return rows
 
     return Rows(render)
@@ -479,7 +494,8 @@ _ORDER_BLOCK_DOC = (
     "`num_steps`), `{n}`, and as a mean per {per} (nats): `lower`, `upper` (the interval at `level`, each side at "
     "(1 − level)/2), `iw` ± `iw_stderr` (importance-weighted orders: upper side), `tube` ± `tube_stderr` (TUBE: "
     "lower side){nelbo}; `bits`: the same keys in bits per character; `exact_rows` (rows computed by the exact "
-    "subset recursion), `ess_median` (Kish), `pareto_k_max` (null for K < 25) and `rows_pareto_k_above_0_7` (their "
+    "subset recursion), `rows_lower_clipped` (rows whose lower end fell below 0 and was clipped: a −log p is ≥ 0), "
+    "`ess_median` (Kish), `pareto_k_max` (null for K < 25) and `rows_pareto_k_above_0_7` (their "
     "SEs are not trustworthy), `forward_passes`, `wall_time_s`. infodiff/orders.py")
 
 

@@ -239,6 +239,9 @@ def _evaluate(config: ml_collections.ConfigDict, workdir: str | None) -> tuple[d
     if mode not in MODES:
         raise ValueError(f"config.eval.mode={mode!r}; choose from {MODES}")
     if mode == "oracle":
+        if "output_dir" not in config.eval:
+            raise ValueError("config.eval.mode='oracle' needs an oracle config (configs/oracle_*.py: an exact "
+                             "denoiser and its output_dir); this config is a training run's: use eval.mode='network'")
         out = str(config.eval.output_dir) or "."
         return evaluate_oracle(config), out
     if not workdir:
