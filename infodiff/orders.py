@@ -121,7 +121,6 @@ def _sequential(apply_fn, params, key, ids_R, x_RxL, target_RxL, pad_RxL, temper
     reveal ``per_step`` positions per step (proposals: 1), ``num_steps`` forward passes."""
     R, L = x_RxL.shape
     keys = _row_keys(key, ids_R)
-    n_R = target_RxL.sum(axis=1)
     proposal = mode in PROPOSALS
     if proposal:  # reveal levels of the forward process, largest first, independent of the order
         u = jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, 1 << 30), (L,)))(keys)
@@ -155,8 +154,7 @@ def _sequential(apply_fn, params, key, ids_R, x_RxL, target_RxL, pad_RxL, temper
 
     revealed0 = ~target_RxL & ~pad_RxL
     init = (revealed0, jnp.zeros((R,), jnp.float32), jnp.zeros((R,), jnp.float32))
-    (revealed, logw, logr), _ = jax.lax.scan(step, init, jnp.arange(num_steps))
-    del n_R, revealed
+    (_, logw, logr), _ = jax.lax.scan(step, init, jnp.arange(num_steps))
     return logw + logr
 
 
@@ -401,8 +399,7 @@ def interval_statistics(log_w_BxK: np.ndarray, log_psi_B: np.ndarray, level: flo
     B, K = lw.shape
     if K < 2:
         raise ValueError(f"an interval needs at least 2 plans per row; got {K}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1); got {level!r}")
+    _check_level(level)
     mx = lw.max(axis=1, keepdims=True)
     w = np.exp(lw - mx)  # w / max w
     mean = w.mean(axis=1)
@@ -523,6 +520,12 @@ class OrderInterval:
         return out
 
 
+def _check_level(level) -> None:
+    """ValueError naming ``level`` unless it is a number in (0, 1) (NaN refused)."""
+    if isinstance(level, bool) or not isinstance(level, (int, float, np.floating)) or not 0 < level < 1:
+        raise ValueError(f"level={level!r} must be a number in (0, 1), e.g. 0.95")
+
+
 def _exact_fits(m_B, passes_B, exact):
     if exact == "never":
         return np.zeros(len(m_B), bool)
@@ -548,6 +551,7 @@ def nll_interval(denoiser, x_BxL, key, *, target_BxL=None, pad_BxL=None, num_ord
     ValueError for bad settings (before any work)."""
     if proposal not in PROPOSALS:
         raise ValueError(f"proposal={proposal!r}; choose from {PROPOSALS}")
+    _check_level(level)
     if exact not in ("auto", "always", "never"):
         raise ValueError(f"exact={exact!r}; choose from ('auto', 'always', 'never')")
     check_num_samples(num_orders, "num_orders")
@@ -619,6 +623,7 @@ def sampler_nll(denoiser, x_BxL, key, *, sampler: str = "greedy_confidence", tar
     plans, T passes each. Raises ValueError for an unknown sampler or bad settings."""
     if sampler not in SAMPLERS:
         raise ValueError(f"sampler={sampler!r}; choose from {SAMPLERS}")
+    _check_level(level)
     V = denoisers.vocab_size_of(denoiser, vocab_size)
     kw = dict(target_BxL=target_BxL, pad_BxL=pad_BxL, vocab_size=V, batch_size=batch_size, schedule=schedule,
               progress=progress, rows_per_slice=rows_per_slice)

@@ -349,6 +349,9 @@ def test_bad_settings_are_refused_up_front():
         orders.nll_interval(den, x, key, pad_BxL=np.ones((2, 4), bool))
     with pytest.raises(ValueError, match="m = 3"):
         orders.exact_any_order(den, x, max_targets=3)
+    for level in (float("nan"), 1.0, "0.95"):
+        with pytest.raises(ValueError, match="level="):
+            orders.nll_interval(den, x, key, level=level)  # refused before any work, exact rows or not
     with pytest.raises(ValueError, match="tokens_per_step"):
         orders.sampler_nll(den, x, key, tokens_per_step=0)
 
