@@ -70,6 +70,7 @@ import scipy.special
 import scipy.stats
 
 from infodiff import denoisers
+from infodiff import interrupts
 from infodiff import schedules as schedules_lib
 from infodiff.validation import check_num_samples, validate_tokens
 
@@ -184,7 +185,9 @@ def _ancestral(apply_fn, params, key, ids_R, x_RxL, target_RxL, pad_RxL, *, num_
 
 def _in_calls(call, N: int, chunk: int, tail: tuple, progress: bool, desc: str) -> np.ndarray:
     """float64 [N, *tail]: ``call(sel)`` over calls of ``chunk`` rows (the last filled by wrapping
-    around and trimmed: one compilation), with a tqdm bar (ETA) when ``progress``."""
+    around and trimmed: one compilation), with a tqdm bar (ETA) when ``progress``. A SIGINT that
+    arrives during the loop (:mod:`infodiff.interrupts`) stops it between calls."""
+    n0 = interrupts.count()
     out = np.zeros((N, *tail), np.float64)
     bar = None
     if progress and jax.process_index() == 0:
@@ -194,6 +197,7 @@ def _in_calls(call, N: int, chunk: int, tail: tuple, progress: bool, desc: str) 
     for r0 in range(0, N, chunk):
         k = min(chunk, N - r0)
         out[r0:r0 + k] = np.asarray(call(np.arange(r0, r0 + chunk) % N), np.float64)[:k]
+        interrupts.raise_if_new(n0)
         if bar is not None:
             bar.update(1)
     if bar is not None:

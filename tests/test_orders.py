@@ -366,3 +366,20 @@ def test_the_total_is_never_narrower_than_a_row_and_lower_ends_are_clipped_at_ze
     assert t["lower"] == pytest.approx(st["lower"][0]) and t["upper"] == pytest.approx(st["upper"][0])
     wild = orders.cross_fitted_statistics(np.array([[-1.0, -60.0]]), np.array([[-60.0, -61.0]]), 0.95)
     assert wild["lower"][0] == 0.0 and wild["upper"][0] > 0  # the raw lower end is far below 0
+
+
+def test_a_sigint_during_the_plans_stops_them_between_calls():
+    from infodiff import interrupts
+
+    den = RandomDenoiser(0, L=4, V=3)
+    calls = []
+
+    def counting(z, t):  # a SIGINT counted by the handler while the first call is traced and run
+        if not calls:
+            interrupts._COUNT[0] += 1
+        calls.append(1)
+        return den(z, t)
+
+    counting.vocab_size = 3
+    with pytest.raises(KeyboardInterrupt):
+        orders.plan_log_weights(counting, np.zeros((8, 4), np.int32), jax.random.PRNGKey(0), 4, batch_size=4)
