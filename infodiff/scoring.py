@@ -207,7 +207,9 @@ def _nonempty(ids, what, tokenizer: Tokenizer = TEXT8):
 
 
 class Run:
-    """A trained text run (masked or SEDD) ready to score strings (:func:`load_run`).
+    """A trained text run (masked or SEDD) ready to score strings (:func:`load_run`), or an
+    external masked denoiser (:func:`infodiff.external.from_function`: ``workdir`` and
+    ``checkpoint_step`` None).
 
     Attributes: ``workdir``, ``config``, ``task``, ``denoiser``, ``process`` (the estimator),
     ``seq_len`` (L), ``checkpoint_step``, ``num_samples`` (per window, default

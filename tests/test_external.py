@@ -91,15 +91,23 @@ def test_a_mask_inside_the_vocabulary_gives_the_same_numbers():
         np.testing.assert_allclose(ea.samples, eb.samples, rtol=1e-6, atol=1e-6)
 
 
-def test_an_exact_numpy_denoiser_is_within_4_se_of_the_exact_nll():
-    chain = oracles.random_markov(np.random.default_rng(5), "ACGT", order=2)
+@pytest.fixture(scope="module")
+def chain():
+    return oracles.random_markov(np.random.default_rng(5), "ACGT", order=2)
 
+
+@pytest.fixture(scope="module")
+def oracle_run(chain):
     def exact(x):  # NumPy float64 forward-backward conditionals: a host function
         with np.errstate(divide="ignore"):
             return np.log(chain.exact_conditionals(x))
 
-    run = infodiff.from_function(exact, vocab_size=4, mask_id=4, seq_len=12, encode=lambda s: ["ACGT".index(c) for c in s],
-                                 num_samples=256)
+    return infodiff.from_function(exact, vocab_size=4, mask_id=4, seq_len=12, num_samples=256,
+                                  encode=lambda s: ["ACGT".index(c) for c in s])
+
+
+def test_an_exact_numpy_denoiser_is_within_4_se_of_the_exact_nll(chain, oracle_run):
+    run = oracle_run
     assert not run.denoiser.jax_function and run.tokenizer.separator == ()
     rng = np.random.default_rng(0)
     prompts, responses = [], []
@@ -112,6 +120,18 @@ def test_an_exact_numpy_denoiser_is_within_4_se_of_the_exact_nll():
     z = _z(est, truth)
     assert np.all(np.abs(z) < Z_MAX), (z, est.mean, truth)
     assert est.info["bound"] == "nelbo" and est.estimator.startswith("k_dce")
+
+
+def test_the_interval_of_an_exact_denoiser_is_its_exact_nll(chain, oracle_run):
+    """Windows of at most 8 tokens: the exact any-order recursion (lower = upper), through the
+    host callback inside infodiff.orders' jitted programs."""
+    texts = ["ACGTTGCA", "GATTACA", "TTT"]
+    oi = oracle_run.nll_interval(texts, seed=2)
+    truth = -chain.log_marginal(np.stack([np.pad(oracle_run.encode(t), (0, 12 - len(t)), constant_values=4)
+                                          for t in texts]))
+    assert oi.exact.all()
+    np.testing.assert_allclose(oi.lower, truth, rtol=1e-5)
+    np.testing.assert_allclose(oi.upper, truth, rtol=1e-5)
 
 
 def test_the_callback_handles_vmap_and_jit():
@@ -136,7 +156,8 @@ def test_a_run_without_workdir_and_the_text8_default():
     est = run.nll(["Hello, world!"])  # cleaned: "hello world", 11 characters in two windows
     np.testing.assert_allclose(est.mean, [11 * np.log(27.0)], rtol=1e-6)
     assert run.last_changed[0] == {"H": 1, ",": 1, "!": 1}
-    assert external.from_function(uniform, vocab_size=27, mask_id=27, seq_len=8, separator=[26]).tokenizer.separator == (26,)
+    spaced = external.from_function(uniform, vocab_size=27, mask_id=27, seq_len=8, separator=[26, 26])
+    assert spaced.tokenizer.separator == (26, 26) and spaced.tokenizer.name == "text8"
 
 
 @pytest.mark.parametrize("fn, kw, match", [
