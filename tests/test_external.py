@@ -147,6 +147,22 @@ def test_the_callback_handles_vmap_and_jit():
     np.testing.assert_allclose(jax.vmap(host, in_axes=(0, None))(z, t[0]), t0, rtol=1e-5, atol=1e-5)
 
 
+class TensorLike:
+    """What a PyTorch function returns without ``.numpy()``: an array through ``__array__`` only."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __array__(self, dtype=None, copy=None):
+        return self._a if dtype is None else self._a.astype(dtype)
+
+
+def test_a_tensor_like_output_is_read_through_array():
+    a = infodiff.from_function(lambda x: TensorLike(np_model(x)), vocab_size=V, mask_id=V, seq_len=L, encode=encode)
+    b = infodiff.from_function(lambda x: np_model(x), vocab_size=V, mask_id=V, seq_len=L, encode=encode)
+    np.testing.assert_array_equal(a.nll(TEXTS).samples, b.nll(TEXTS).samples)
+
+
 def test_a_run_without_workdir_and_the_text8_default():
     """vocab_size 27, mask 27: the text8 alphabet; the uniform model's -log p is n log 27 exactly."""
     uniform = lambda x: np.full(x.shape + (27,), -np.log(27.0))  # noqa: E731
