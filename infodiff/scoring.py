@@ -207,7 +207,9 @@ def _nonempty(ids, what, tokenizer: Tokenizer = TEXT8):
 
 
 class Run:
-    """A trained text run (masked or SEDD) ready to score strings (:func:`load_run`).
+    """A trained text run (masked or SEDD) ready to score strings (:func:`load_run`), or an
+    external masked denoiser (:func:`infodiff.external.from_function`: ``workdir`` and
+    ``checkpoint_step`` None).
 
     Attributes: ``workdir``, ``config``, ``task``, ``denoiser``, ``process`` (the estimator),
     ``seq_len`` (L), ``checkpoint_step``, ``num_samples`` (per window, default
@@ -223,7 +225,8 @@ class Run:
         self.tokenizer = tokenizer
         self.max_samples = int(max_samples)
         self.workdir, self.config, self.task, self.denoiser = workdir, config, task, denoiser
-        self.process, self.checkpoint_step = process, int(checkpoint_step)
+        self.process = process
+        self.checkpoint_step = None if checkpoint_step is None else int(checkpoint_step)
         self.seq_len = int(task.seq_len)
         self.num_samples, self.batch_size = int(num_samples), int(batch_size)
         self.last_changed: list = []
@@ -413,9 +416,8 @@ class Run:
     def _check_interval(self, orders_, level, proposal):
         """ValueError, before any work: a run that is not masked diffusion, or bad settings."""
         from infodiff import orders as orders_lib
-        from infodiff.tasks.masked import MaskedTask
 
-        if not isinstance(self.task, MaskedTask):
+        if not hasattr(self.task, "order_model"):  # masked runs (MaskedTask, infodiff.external)
             raise ValueError(f"an NLL interval needs a masked-diffusion run; this run's process is "
                              f"{self.task.name!r}: SEDD networks do not define the any-order conditionals used here")
         if isinstance(orders_, bool) or not isinstance(orders_, (int, np.integer)) or orders_ < 2:
@@ -478,6 +480,18 @@ def _merge(a: dict, b: dict) -> dict:
     return out
 
 
+def warn_few_samples(S, process, name: str) -> None:
+    """Check ``S`` samples per window (``name`` in messages); log a one-line warning below the
+    process's ``min_samples`` (the per-row SEs are then too small)."""
+    check_num_samples(S, name)
+    if int(S) < int(process.min_samples):
+        from absl import logging
+
+        logging.warning("%s=%d is below the %s estimator's min_samples=%d: the per-row SEs are too small "
+                        "(flagged few_samples); use at least %d", name, int(S), process.estimator,
+                        int(process.min_samples), int(process.min_samples))
+
+
 def load_run(workdir: str, *, estimator: str | None = None, num_samples: int | None = None,
              use_ema: bool | None = None, config=None) -> Run:
     """Load a text run (its saved config and newest verified checkpoint); its task's
@@ -512,13 +526,7 @@ def load_run(workdir: str, *, estimator: str | None = None, num_samples: int | N
     den = task.denoiser(params)
     S = num_samples if num_samples is not None else ev.get("input_samples", DEFAULT_INPUT_SAMPLES)
     name = "num_samples" if num_samples is not None else "config.eval.input_samples"
-    check_num_samples(S, name)
-    if int(S) < int(process.min_samples):
-        from absl import logging
-
-        logging.warning("%s=%d is below the %s estimator's min_samples=%d: the per-row SEs are too small "
-                        "(flagged few_samples); use at least %d", name, int(S), process.estimator,
-                        int(process.min_samples), int(process.min_samples))
+    warn_few_samples(S, process, name)
     cap = DEFAULT_MAX_SAMPLES
     if float(ev.get("target_se", 0.0) or 0.0) > 0:
         cap = int(ev.get("input_max_samples", DEFAULT_MAX_SAMPLES))
