@@ -261,19 +261,27 @@ def choose_tokens(run, contexts, options, *, answers=None, confidence=0.95, num_
         gkey = jax.random.fold_in(key, n)
         while len(active):
             S = first if r == 0 else min(drawn, cap - drawn)
-            sel = np.isin(wins[0].row_W, active)
+            sel = np.flatnonzero(np.isin(wins[0].row_W, active))
             local = np.searchsorted(active, wins[0].row_W[sel])
-            ests = lk.coupled_nll(run.denoiser, [w.x_WxL[sel] for w in wins], jax.random.fold_in(gkey, r),
-                                  target_NxBxL=[w.target_WxL[sel] for w in wins],
-                                  pad_NxBxL=[w.pad_WxL[sel] for w in wins], coupled=coupled, process=run.process,
-                                  num_samples=S, batch_size=run.batch_size)
-            rows = [scoring.sum_windows(e, local, len(active)) for e in ests]
+            # calls of one shape: samples in pieces of `first`, windows padded (repeats, dropped) to
+            # the rows of a full call, so that each round reuses one compiled program
+            full = lk.chunk_shape(run.process.chunk_order, len(wins[0].row_W), first, max(1, run.batch_size // n),
+                                  run.process.passes_per_sample(wins[0].target_WxL[:1]))[0]
+            padded = np.concatenate([sel, np.repeat(sel[:1], max(0, full - len(sel)))])
+            pieces = []
+            for k, s0 in enumerate(range(0, S, first)):
+                ests = lk.coupled_nll(run.denoiser, [w.x_WxL[padded] for w in wins],
+                                      jax.random.fold_in(jax.random.fold_in(gkey, r), k),
+                                      target_NxBxL=[w.target_WxL[padded] for w in wins],
+                                      pad_NxBxL=[w.pad_WxL[padded] for w in wins], coupled=coupled,
+                                      process=run.process, num_samples=min(first, S - s0), batch_size=run.batch_size)
+                pieces.append([scoring.sum_windows(_rows(e, len(sel)), local, len(active)) for e in ests])
             for a_i, qi in enumerate(active):
-                samples[qi].append(np.stack([e.samples[a_i] for e in rows]))
+                samples[qi].append(np.concatenate([np.stack([e.samples[a_i] for e in ests]) for ests in pieces], 1))
                 if r == 0:
-                    exact[qi] = np.array([sum(np.asarray(v)[a_i] for v in e.exact.values()) for e in rows],
+                    exact[qi] = np.array([sum(np.asarray(v)[a_i] for v in e.exact.values()) for e in pieces[0]],
                                          np.float64)
-                passes[qi] += int(sum(e.info["forward_passes_per_row"][a_i] for e in rows))
+                passes[qi] += int(sum(e.info["forward_passes_per_row"][a_i] for ests in pieces for e in ests))
             drawn += S
             still = []
             for qi in active:
@@ -297,6 +305,11 @@ def choose_tokens(run, contexts, options, *, answers=None, confidence=0.95, num_
                    coupled=bool(coupled), max_samples=int(cap), first_samples=int(first),
                    estimator=run.process.estimator, answers=answers,
                    info={"bound": "nelbo", "context_per_question": context_seen}, **vec)
+
+
+def _rows(est, n):
+    """The Estimate of the first n rows (the rest: padding)."""
+    return dataclasses.replace(est, samples=est.samples[:n], exact={k: np.asarray(v)[:n] for k, v in est.exact.items()})
 
 
 def _sum_dicts(ds):
