@@ -233,16 +233,23 @@ class Run:
                         target_se_reached=bool(np.max(est.stderr) <= float(target_se)), max_samples=cap)
         return est
 
+    def window_nll(self, win: Windows, num_rows: int, key, num_samples: int, *, batch_size: int | None = None,
+                   progress: bool = False) -> lk.Estimate:
+        """One draw of -log p per row (nats) from its windows (:func:`sum_windows`), S =
+        ``num_samples`` per window from ``key``; ``batch_size`` (default the run's) sets the
+        chunk layout, which with the key and the process fixes every draw (``likelihood.estimate``)."""
+        est = lk.nll(self.denoiser, win.x_WxL, key, process=self.process, num_samples=num_samples,
+                     batch_size=self.batch_size if batch_size is None else int(batch_size),
+                     target_BxL=win.target_WxL, pad_BxL=win.pad_WxL, progress=progress)
+        out = sum_windows(est, win.row_W, num_rows)
+        if win.context_R is not None:
+            out.info["context_per_row"] = win.context_R
+        return out
+
     def _nll_windows(self, win: Windows, num_rows: int, seed, num_samples, progress, target_se=None,
                      max_samples=None) -> lk.Estimate:
         def draw(key, S):
-            est = lk.nll(self.denoiser, win.x_WxL, key, process=self.process, num_samples=S,
-                         batch_size=self.batch_size, target_BxL=win.target_WxL, pad_BxL=win.pad_WxL,
-                         progress=progress)
-            out = sum_windows(est, win.row_W, num_rows)
-            if win.context_R is not None:
-                out.info["context_per_row"] = win.context_R
-            return out
+            return self.window_nll(win, num_rows, key, S, progress=progress)
 
         return self._until(draw, seed, num_samples, target_se, max_samples)
 
