@@ -248,17 +248,9 @@ def _report(config, kind, quantity, units, bound, path, n_rows, workdir, step, m
             cleaning, rows, out_dir, t0, interval=report_lib.ABSENT, figures=()) -> dict:
     """The input report; ``figures``: more (file name, draw(binary file)) beside rows.png."""
     ev = config.eval
-    attachments = _rows_files(rows)
-    plot_notes = []
-    figures = [("rows.png", lambda buf: plots.input_rows_png(buf, rows, kind, quantity,
-                                                             units.get("bits", "bits per character"))), *figures]
-    for name, draw in figures:
-        buf = io.BytesIO()
-        try:
-            draw(buf)
-            attachments[name] = buf.getvalue()
-        except (OSError, ValueError) as e:
-            plot_notes.append(f"{name} not drawn: {e}")
+    attachments, plot_notes = row_attachments(rows, [
+        ("rows.png", lambda buf: plots.input_rows_png(buf, rows, kind, quantity, units.get("bits", "bits per character"))),
+        *figures])
     files = [os.path.join(out_dir, name) for name in attachments]
     rep = report_lib.InputReport(
         quantity=quantity, bound=bound, process=process_info, units=units,
@@ -395,6 +387,20 @@ def _totals(est, chars) -> dict:
     n = int(chars.sum())
     return {"total_nats": total, "total_stderr": total_se, "mean_nll_per_row": float(est.mean.mean()),
             "characters": n, "bits_per_char": total / (n * LN2), "bits_per_char_stderr": total_se / (n * LN2)}
+
+
+def row_attachments(rows: list[dict], figures) -> tuple[dict, list[str]]:
+    """({file name: bytes} of rows.jsonl, rows.csv and the ``figures`` [(name, draw(binary file))]
+    that could be drawn, [why each other figure was not drawn])."""
+    attachments, notes = _rows_files(rows), []
+    for name, draw in figures:
+        buf = io.BytesIO()
+        try:
+            draw(buf)
+            attachments[name] = buf.getvalue()
+        except (OSError, ValueError) as e:
+            notes.append(f"{name} not drawn: {e}")
+    return attachments, notes
 
 
 def _rows_files(rows: list[dict]) -> dict:
