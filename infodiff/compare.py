@@ -26,6 +26,7 @@ Every number is a difference of NELBOs (upper bounds on each network's -log p), 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import sys
@@ -36,6 +37,7 @@ import numpy as np
 
 from infodiff import likelihood as lk
 from infodiff import scoring
+from infodiff import validation
 from infodiff.data import text as text_data
 
 __all__ = ["Comparison", "compare", "INDEPENDENT_STREAM"]
@@ -145,19 +147,21 @@ def compare(run_a, run_b, texts=None, *, prompts=None, responses=None, seed: int
     if (texts is None) == (responses is None) or (responses is None) != (prompts is None):
         raise ValueError("give either texts (documents) or prompts and responses (pairs)")
     if texts is not None:
-        ids, changed = scoring._tokens(texts, "texts")
-        scoring._nonempty(ids, "texts")
+        ids, changed = scoring.encode_rows(texts, "texts")
         wa, wb = (scoring.document_windows(ids, r.seq_len) for r in (run_a, run_b))
     else:
-        ids, y_changed = scoring._tokens(responses, "responses")
-        scoring._nonempty(ids, "responses")
-        ctx, p_changed = run_a._contexts(prompts, len(ids))
-        changed = [scoring._merge(p, y) for p, y in zip(p_changed, y_changed)]
+        ids, y_changed = scoring.encode_rows(responses, "responses")
+        p_ids, p_changed = scoring.encode_rows(prompts, "prompts", nonempty=False)
+        if len(p_ids) != len(ids):
+            raise ValueError(f"{len(p_ids)} prompts but {len(ids)} responses")
+        ctx = scoring.prompt_contexts(p_ids)
+        changed = [dict(collections.Counter(p) + collections.Counter(y)) for p, y in zip(p_changed, y_changed)]
         wa, wb = (scoring.response_windows(ctx, ids, r.seq_len) for r in (run_a, run_b))
     n = len(ids)
     coupled, why_not, same_noise = coupling(run_a, run_b)
-    key = run_a._key(seed)
-    S = run_a._samples(num_samples) if num_samples is not None else max(run_a.num_samples, run_b.num_samples)
+    key = validation.as_key(int(run_a.config.eval.seed) if seed is None else seed, "seed")
+    S = (validation.check_num_samples(num_samples, "num_samples") if num_samples is not None
+         else max(run_a.num_samples, run_b.num_samples))
     batch = run_a.batch_size
 
     def draw(k, s):
@@ -183,8 +187,8 @@ def compare(run_a, run_b, texts=None, *, prompts=None, responses=None, seed: int
 
 def _comparison(parts, coupled, why_not, same_noise) -> Comparison:
     """The Comparison of rounds ``parts`` [(a, b), ...] of the same rows."""
-    a = scoring._concat_samples([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
-    b = scoring._concat_samples([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
+    a = scoring.concat_rounds([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
+    b = scoring.concat_rounds([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
     for e in (a, b):
         e.info["bound"] = "nelbo"
     paired = None

@@ -52,7 +52,7 @@ from infodiff.tasks.masked import SCORING_ESTIMATORS
 from infodiff.validation import check_num_samples
 
 __all__ = ["clean", "Windows", "document_windows", "response_windows", "sum_windows", "sum_interval_windows", "Run",
-           "load_run",
+           "load_run", "encode_rows", "prompt_contexts", "concat_rounds",
            "SCORING_ESTIMATORS"]
 
 DEFAULT_INPUT_SAMPLES = 32  # per window: 2x k_dce's calibrated minimum (tests/test_calibration.py)
@@ -172,6 +172,22 @@ def _tokens(texts, what: str) -> tuple[list[np.ndarray], list[dict]]:
     return ids, changed
 
 
+def encode_rows(texts, what: str, nonempty: bool = True) -> tuple[list[np.ndarray], list[dict]]:
+    """Per text: int32 token ids of its text8 cleaning and {character: count} the cleaning changed
+    (:func:`clean`). Raises TypeError for anything but a list of strings, ValueError for an empty
+    list or (``nonempty``) a text empty after cleaning, naming ``what[i]``."""
+    ids, changed = _tokens(texts, what)
+    if nonempty:
+        _nonempty(ids, what)
+    return ids, changed
+
+
+def prompt_contexts(prompt_ids: list[np.ndarray]) -> list[np.ndarray]:
+    """The context of each response: its prompt's tokens and one space (an empty prompt: none)."""
+    space = np.asarray([text_data.VOCAB.index(" ")], np.int32)
+    return [np.concatenate([p, space]) if len(p) else p for p in prompt_ids]
+
+
 def _nonempty(ids, what):
     for i, t in enumerate(ids):
         if len(t) == 0:
@@ -228,7 +244,7 @@ class Run:
         while np.max(est.stderr) > float(target_se) and est.num_samples < cap:
             r += 1
             parts.append(draw(jax.random.fold_in(key, r), min(est.num_samples, cap - est.num_samples)))
-            est = _concat_samples(parts)
+            est = concat_rounds(parts)
         est.info.update(bound=bound, target_se=float(target_se),
                         target_se_reached=bool(np.max(est.stderr) <= float(target_se)), max_samples=cap)
         return est
@@ -269,8 +285,7 @@ class Run:
         p_ids, p_changed = _tokens(prompts, "prompts")
         if len(p_ids) != n:
             raise ValueError(f"{len(p_ids)} prompts but {n} responses")
-        space = np.asarray([text_data.VOCAB.index(" ")], np.int32)
-        ctx = [np.concatenate([p, space]) if len(p) else p for p in p_ids]
+        ctx = prompt_contexts(p_ids)
         self.last_context = np.asarray([len(c) for c in ctx], np.int64)
         return ctx, p_changed
 
@@ -425,7 +440,7 @@ def sum_interval_windows(oi, row_W: np.ndarray, num_rows: int):
                       forward_passes=add(oi.forward_passes).astype(np.int64), best_order=None)
 
 
-def _concat_samples(parts: list[lk.Estimate]) -> lk.Estimate:
+def concat_rounds(parts: list[lk.Estimate]) -> lk.Estimate:
     """One Estimate of independent rounds of the same rows: samples side by side, passes added."""
     e = parts[-1]
     info = dict(e.info, forward_passes_per_row=sum(p.info["forward_passes_per_row"] for p in parts))

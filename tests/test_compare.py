@@ -142,3 +142,103 @@ def test_target_se_adds_rounds_until_the_paired_se_is_reached(chains, docs):
     c = compare_lib.compare(ra, rb, docs[0], num_samples=16, target_se=target, max_samples=256)
     assert c.a.info["target_se_reached"] and c.stderr_paired.max() <= target and c.a.num_samples > 16
     np.testing.assert_array_equal(c.a.samples[:, :16], first.a.samples)  # the first round is the same draw
+
+
+def test_compare_mode_reads_only_its_keys():
+    from configs import masked_text
+
+    from infodiff import config_usage
+
+    c = masked_text.get_config()
+    c.eval.input = "docs.txt"
+    config_usage.check_overrides(c, ["eval.input", "eval.input_samples", "eval.seed"], entry="compare")
+    with pytest.raises(ValueError, match=r"config key eval.interval is not read by evaluate.py --compare .*: drop "
+                                         r"--config.eval.interval"):
+        config_usage.check_overrides(c, ["eval.input", "eval.interval"], entry="compare")
+    with pytest.raises(ValueError, match="eval.num_samples is not read by evaluate.py --compare"):
+        config_usage.check_overrides(c, ["eval.num_samples"], entry="compare")
+
+
+# ---------------------------------------------------------------------------------------------
+# Trained runs: the API and evaluate.py --compare
+# ---------------------------------------------------------------------------------------------
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from tests.test_scoring import DOCS, run_dir  # noqa: E402,F401 (the tiny trained masked run, a module fixture)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def short_run_dir(tmp_path_factory):
+    """The tiny masked run of tests/test_scoring.py trained for 10 steps instead of 40."""
+    from tests.test_training import tiny_config, train_run
+
+    d = tmp_path_factory.mktemp("compare_short_run")
+    c = tiny_config()
+    c.train.num_steps = 10
+    train_run(c, str(d))
+    return d
+
+
+@pytest.mark.slow
+def test_a_trained_run_loaded_twice_differs_by_exactly_zero(run_dir):
+    import infodiff
+
+    c = infodiff.compare(infodiff.load_run(str(run_dir)), infodiff.load_run(str(run_dir)), DOCS)
+    assert c.coupled and c.same_noise
+    np.testing.assert_array_equal(c.difference, 0.0)
+    np.testing.assert_array_equal(c.stderr_paired, 0.0)
+    assert c.total_stderr_paired == 0.0 < c.total_stderr_unpaired
+
+
+def _cli(args):
+    return subprocess.run([sys.executable, str(REPO / "evaluate.py"), *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+
+
+@pytest.mark.slow
+def test_cli_compare_writes_a_comparison_report(run_dir, short_run_dir, tmp_path):
+    import infodiff
+    from tests.test_report_schema import assert_report_agrees
+
+    f = tmp_path / "docs.txt"
+    f.write_text("\n".join(DOCS) + "\n")
+    r = _cli(["--workdir", str(run_dir), "--compare", str(short_run_dir), f"--config.eval.input={f}"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = run_dir / "scores" / f"docs.txt.vs.{short_run_dir.name}"
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["kind"] == "compare" and rep["bound"] == "model_difference" and rep["coupling"]["coupled"]
+    assert_report_agrees(rep)
+    rows = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
+    assert [x["id"] for x in rows] == ["1", "2", "3", "4", "5"] and (out / "rows.png").stat().st_size > 10_000
+    api = infodiff.compare(infodiff.load_run(str(run_dir)), infodiff.load_run(str(short_run_dir)), DOCS)
+    # evaluate.py splits each call's rows over one CPU device per core: the same draws, float rounding apart
+    np.testing.assert_allclose([x["difference"] for x in rows], api.difference, rtol=1e-6)
+    np.testing.assert_allclose([x["se_paired"] for x in rows], api.stderr_paired, rtol=1e-6)
+    np.testing.assert_allclose(rep["summary"]["total_stderr_unpaired"], api.total_stderr_unpaired, rtol=1e-6)
+    assert "total difference (nats)" in r.stdout and "SE unpaired / paired" in r.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra, match", [
+    ([], r"give it with --config.eval.input=FILE"),
+    (["--config.eval.input=F", "--config.eval.interval=True"], r"config key eval.interval is not read by evaluate.py "
+                                                              r"--compare"),
+    (["--config.eval.input=F", "--compare=/nonexistent/run"], r"--compare '/nonexistent/run' does not exist"),
+])
+def test_cli_compare_user_errors_are_one_line(run_dir, tmp_path, extra, match):
+    import re
+
+    f = tmp_path / "docs.txt"
+    f.write_text("the cat sat on the mat\n")
+    extra = [a.replace("=F", f"={f}") for a in extra]
+    compare = [] if any(a.startswith("--compare") for a in extra) else ["--compare", str(run_dir)]
+    r = _cli(["--workdir", str(run_dir), *compare, *extra])
+    assert r.returncode == 1, r.stderr[-2000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert re.search(match, last), last

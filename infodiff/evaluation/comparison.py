@@ -71,7 +71,7 @@ def evaluate_compare(config, workdir: str, other: str) -> tuple[dict, str]:
     if tse is not None and tse < 0:
         raise ValueError(f"config.eval.target_se={ev.target_se} must be >= 0 (0: a fixed budget)")
     rows_in = {"texts": cols["text"]} if kind == "text" else {"prompts": cols["prompt"], "responses": cols["response"]}
-    c = inputs._row_errors(lambda: compare_lib.compare(run_a, run_b, **rows_in, target_se=tse, progress=True), ids)
+    c = inputs.row_errors(lambda: compare_lib.compare(run_a, run_b, **rows_in, target_se=tse, progress=True), ids)
     scored = cols["text"] if kind == "text" else cols["response"]
     chars = [len(scoring.clean(t)[0]) for t in scored]
     passes = c.a.info["forward_passes_per_row"] + c.b.info["forward_passes_per_row"]
@@ -103,7 +103,7 @@ def evaluate_compare(config, workdir: str, other: str) -> tuple[dict, str]:
     rep = report_lib.CompareReport(
         quantity=f"{what.replace('p(', 'p_a(')} - ({what.replace('p(', 'p_b(')})", bound="model_difference",
         process=run_a.task.process_info(run_a.process), units={"item": "row", "nll": "nats per row"},
-        input={"path": os.path.abspath(path), "sha256": inputs._sha256(path), "format": kind,
+        input={"path": os.path.abspath(path), "sha256": inputs.sha256(path), "format": kind,
                "unit": str(ev.get("input_unit", "line")), "rows": len(ids)},
         runs={"a": _side(run_a), "b": _side(run_b)},
         coupling={"coupled": c.coupled, "why_not": c.why_not, "same_noise": c.same_noise,

@@ -36,7 +36,7 @@ from infodiff.validation import check_num_samples
 from infodiff.evaluation import intervals, plots
 from infodiff.evaluation import report as report_lib
 
-__all__ = ["read_input", "evaluate_input", "INPUT_UNITS"]
+__all__ = ["read_input", "evaluate_input", "INPUT_UNITS", "row_attachments", "row_errors", "sha256"]
 
 INPUT_UNITS = ("line", "file")
 LN2 = math.log(2.0)
@@ -161,7 +161,7 @@ def _out_dir(workdir: str, path: str) -> str:
     return os.path.join(workdir, "scores", os.path.basename(path))
 
 
-def _sha256(path):
+def sha256(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -169,7 +169,7 @@ def _sha256(path):
     return h.hexdigest()
 
 
-def _row_errors(fn, ids):
+def row_errors(fn, ids):
     """Re-raise a scoring ValueError about row i (texts[3], a[0], ...) naming the row's id."""
     import re
 
@@ -254,7 +254,7 @@ def _report(config, kind, quantity, units, bound, path, n_rows, workdir, step, m
     files = [os.path.join(out_dir, name) for name in attachments]
     rep = report_lib.InputReport(
         quantity=quantity, bound=bound, process=process_info, units=units,
-        input={"path": os.path.abspath(path), "sha256": _sha256(path), "format": kind,
+        input={"path": os.path.abspath(path), "sha256": sha256(path), "format": kind,
                "unit": str(ev.get("input_unit", "line")), "rows": n_rows},
         workdir=os.path.abspath(workdir), checkpoint_step=step,
         params="ema" if bool(ev.use_ema) else "raw", model_length=model_length,
@@ -301,16 +301,16 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
     if tse is not None and tse < 0:
         raise ValueError(f"config.eval.target_se={ev.target_se} must be >= 0 (0: a fixed budget)")
     if kind == "text":
-        est = _row_errors(lambda: run.nll(cols["text"], progress=True, target_se=tse), ids)
+        est = row_errors(lambda: run.nll(cols["text"], progress=True, target_se=tse), ids)
         chars = np.array([len(scoring.clean(t)[0]) for t in cols["text"]])
         summary = _totals(est, chars)
     elif kind == "pairs":
-        est = _row_errors(lambda: run.conditional_nll(cols["prompt"], cols["response"], progress=True,
+        est = row_errors(lambda: run.conditional_nll(cols["prompt"], cols["response"], progress=True,
                                                       target_se=tse), ids)
         chars = np.array([len(scoring.clean(t)[0]) for t in cols["response"]])
         summary = _totals(est, chars)
     else:
-        est = _row_errors(lambda: run.log_ratio(cols["prompt"], cols["a"], cols["b"], coupled=True, target_se=tse), ids)
+        est = row_errors(lambda: run.log_ratio(cols["prompt"], cols["a"], cols["b"], coupled=True, target_se=tse), ids)
         dec = run.log_ratio(cols["prompt"], cols["a"], cols["b"], coupled=False, num_samples=est.num_samples)
         chars = None
         ratio = dec.stderr / np.where(est.stderr > 0, est.stderr, np.nan)
