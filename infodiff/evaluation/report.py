@@ -996,7 +996,6 @@ COMMON_KEYS = _names(Head) + _names(Provenance)
 NETWORK_KEYS = _names(NetworkReport, (Head, Provenance))
 ORACLE_KEYS = _names(OracleReport, (Head, Provenance))
 INPUT_KEYS = _names(InputReport, (Head, Provenance))
-COMPARE_KEYS = _names(CompareReport, (Head, Provenance))
 ROW_KEYS = _names(OracleRow)
 
 
