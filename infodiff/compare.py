@@ -123,6 +123,8 @@ def coupling(run_a, run_b) -> tuple[bool, str, bool]:
     fa, fb = f"{type(pa).__name__} {pa.estimator}", f"{type(pb).__name__} {pb.estimator}"
     if fa != fb:
         return False, f"different processes or estimators (a: {fa}, b: {fb}): no shared noise draws", False
+    if getattr(pa, "needs_plan", False):
+        return False, f"{pa.estimator} allocates its samples by each network's own pilot run: no shared draws", False
     if run_a.seq_len != run_b.seq_len:
         return False, (f"different model lengths (a: L = {run_a.seq_len}, b: L = {run_b.seq_len}): the rows are cut "
                        "into different windows"), False
@@ -193,10 +195,11 @@ def _comparison(parts, coupled, why_not, same_noise) -> Comparison:
         e.info["bound"] = "nelbo"
     paired = None
     if coupled:
-        exact = {k: np.asarray(a.exact.get(k, 0.0)) - np.asarray(b.exact.get(k, 0.0)) for k in sorted({*a.exact, *b.exact})}
+        exact = {k: np.asarray(a.exact.get(k, 0.0)) - np.asarray(b.exact.get(k, 0.0))
+                 for k in sorted({*a.exact, *b.exact})}
         paired = lk.Estimate(f"{a.estimator}:paired", a.samples - b.samples, forward_passes=a.forward_passes
                              + b.forward_passes, infinite_variance=a.infinite_variance or b.infinite_variance,
-                             exact=exact, info={"bound": "nelbo_difference"}, se_method=a.se_method,
+                             exact=exact, info={"bound": "model_difference"}, se_method=a.se_method,
                              min_samples=max(a.min_samples, b.min_samples))
     return Comparison(a, b, paired, coupled, why_not, same_noise)
 
