@@ -38,7 +38,6 @@ import numpy as np
 from infodiff import likelihood as lk
 from infodiff import scoring
 from infodiff import validation
-from infodiff.data import text as text_data
 
 __all__ = ["Comparison", "compare", "INDEPENDENT_STREAM"]
 
@@ -112,9 +111,18 @@ class Comparison:
                 "fraction_b_more_likely": float(np.mean(self.difference > 0)), "rows": len(self.difference)}
 
 
-def _alphabet(run) -> tuple[int, str]:
-    """(vocabulary size, cleaning rules) a run's text is scored in."""
-    return int(run.task.vocab_size), str(run.config.data.get("cleaning", text_data.CLEANING_VERSION))
+def _alphabet(run) -> tuple:
+    """(vocabulary size, tokenizer name, unit, separator): how a run turns text into tokens."""
+    t = run.tokenizer
+    return int(run.task.vocab_size), t.name, t.unit, tuple(t.separator)
+
+
+def _same_tokens(ids_a, ids_b, what: str) -> None:
+    """ValueError naming the first row the two runs' tokenizers encode differently."""
+    for i, (x, y) in enumerate(zip(ids_a, ids_b)):
+        if not np.array_equal(x, y):
+            raise ValueError(f"{what}[{i}] is tokenized differently by the two runs (a: {len(x)} tokens, b: {len(y)}); "
+                             "compare runs with the same vocabulary and cleaning")
 
 
 def coupling(run_a, run_b) -> tuple[bool, str, bool]:
@@ -141,22 +149,27 @@ def compare(run_a, run_b, texts=None, *, prompts=None, responses=None, seed: int
     window default the larger of the runs'; with ``target_se`` (nats) rounds of as many samples
     again (key ``fold_in(key, round)``) until every row's paired SE is at most it or
     ``max_samples`` (default run a's) per window are spent (``info['target_se_reached']`` of ``a``).
-    Raises ValueError for runs of different vocabularies or cleaning, both or neither of texts and
-    responses, and the errors of :meth:`Run.nll` / :meth:`Run.conditional_nll`."""
+    Raises ValueError for runs of different vocabularies or cleaning (tokenizers, or any row encoded
+    differently), both or neither of texts and responses, and the errors of :meth:`Run.nll` /
+    :meth:`Run.conditional_nll`."""
     if _alphabet(run_a) != _alphabet(run_b):
-        raise ValueError(f"the runs score text differently (vocabulary size, cleaning): a {_alphabet(run_a)}, "
-                         f"b {_alphabet(run_b)}; compare runs trained on the same alphabet")
+        raise ValueError(f"the runs score text differently (vocabulary size, tokenizer, unit, separator): a "
+                         f"{_alphabet(run_a)}, b {_alphabet(run_b)}; compare runs with the same vocabulary and cleaning")
     if (texts is None) == (responses is None) or (responses is None) != (prompts is None):
         raise ValueError("give either texts (documents) or prompts and responses (pairs)")
+    tok_a, tok_b = run_a.tokenizer, run_b.tokenizer
     if texts is not None:
-        ids, changed = scoring.encode_rows(texts, "texts")
+        ids, changed = scoring.encode_rows(texts, "texts", tok_a)
+        _same_tokens(ids, scoring.encode_rows(texts, "texts", tok_b)[0], "texts")
         wa, wb = (scoring.document_windows(ids, r.seq_len) for r in (run_a, run_b))
     else:
-        ids, y_changed = scoring.encode_rows(responses, "responses")
-        p_ids, p_changed = scoring.encode_rows(prompts, "prompts", nonempty=False)
+        ids, y_changed = scoring.encode_rows(responses, "responses", tok_a)
+        p_ids, p_changed = scoring.encode_rows(prompts, "prompts", tok_a, nonempty=False)
+        _same_tokens(ids, scoring.encode_rows(responses, "responses", tok_b)[0], "responses")
+        _same_tokens(p_ids, scoring.encode_rows(prompts, "prompts", tok_b, nonempty=False)[0], "prompts")
         if len(p_ids) != len(ids):
             raise ValueError(f"{len(p_ids)} prompts but {len(ids)} responses")
-        ctx = scoring.prompt_contexts(p_ids)
+        ctx = scoring.prompt_contexts(p_ids, tok_a)
         changed = [dict(collections.Counter(p) + collections.Counter(y)) for p, y in zip(p_changed, y_changed)]
         wa, wb = (scoring.response_windows(ctx, ids, r.seq_len) for r in (run_a, run_b))
     n = len(ids)

@@ -120,10 +120,14 @@ CONDITIONAL: tuple[Conditional, ...] = (
     Conditional("train.max_loss_ratio", "train.divergence_guard is True",
                 lambda c: bool(cr.get(c, "train.divergence_guard", True))),
     # scoring a user's file (evaluate.py --config.eval.input=FILE)
-    *cr.keys(("eval.input_unit", "eval.input_samples", "eval.target_se"), "eval.input is set",
-             lambda c: bool(cr.get(c, "eval.input"))),
+    *cr.keys(("eval.input_unit", "eval.input_samples", "eval.target_se"),
+             "eval.input is set and is not a multiple-choice .jsonl",
+             lambda c: bool(cr.get(c, "eval.input")) and not cr.CHOICES(c)),
+    *cr.keys(("eval.choice_confidence", "eval.choice_samples", "eval.choice_max_samples"),
+             "eval.input is a multiple-choice .jsonl ({\"prompt\", \"choices\", \"answer\"})", cr.CHOICES),
     Conditional("eval.input_max_samples", "eval.input is set and eval.target_se > 0",
-                lambda c: bool(cr.get(c, "eval.input")) and float(cr.get(c, "eval.target_se", 0.0) or 0.0) > 0),
+                lambda c: bool(cr.get(c, "eval.input")) and not cr.CHOICES(c)
+                and float(cr.get(c, "eval.target_se", 0.0) or 0.0) > 0),
     # the Markov-4 toys (experiments/paper.py): a table file, or a generated chain
     Conditional("toy.temperature", "toy.table is empty (a generated chain)", lambda c: not cr.get(c, "toy.table"),
                 lambda c: cr.get(c, "toy.table") is not None),

@@ -8,6 +8,7 @@ Each row's exact -log p is the sum over its windows of the chain's own -log p of
 tests/test_scoring.py; every estimate must be within 4 of its SEs of it.
 """
 
+import dataclasses
 import types
 
 import numpy as np
@@ -24,13 +25,17 @@ S = 128
 Z_MAX = 4.0
 
 
-def _oracle_run(chain, seq_len=L, estimator="k_dce", vocab_size=text_data.VOCAB_SIZE, cleaning=None):
+def _oracle_run(chain, seq_len=L, estimator="k_dce", vocab_size=text_data.VOCAB_SIZE, tokenizer=scoring.TEXT8):
     """A scoring.Run whose denoiser is an exact oracle (no workdir, no checkpoint)."""
-    data = {} if cleaning is None else {"cleaning": cleaning}
-    cfg = ConfigDict({"eval": {"seed": 3}, "data": data})
+    cfg = ConfigDict({"eval": {"seed": 3}})
     task = types.SimpleNamespace(vocab_size=vocab_size, seq_len=seq_len, name="masked")
     process = lk.masked_process(estimator, vocab_size=text_data.VOCAB_SIZE)
-    return scoring.Run(None, cfg, task, chain, process, 0, S, 256)
+    return scoring.Run(None, cfg, task, chain, process, 0, S, 256, tokenizer=tokenizer)
+
+
+def _reversed_text8(text):
+    ids, changed = scoring.TEXT8.encode(text)
+    return ids[::-1].copy(), changed
 
 
 @pytest.fixture(scope="module")
@@ -118,8 +123,10 @@ def test_runs_that_cannot_share_draws_are_independent(chains, docs):
 
 
 @pytest.mark.parametrize("kw, match", [
-    ({"vocab_size": 28}, r"score text differently \(vocabulary size, cleaning\)"),
-    ({"cleaning": "bytes-v1"}, r"score text differently"),
+    ({"vocab_size": 28}, r"score text differently \(vocabulary size, tokenizer, unit, separator\)"),
+    ({"tokenizer": dataclasses.replace(scoring.TEXT8, name="bytes", unit="byte")}, r"score text differently"),
+    ({"tokenizer": dataclasses.replace(scoring.TEXT8, encode=_reversed_text8)},
+     r"texts\[0\] is tokenized differently by the two runs \(a: \d+ tokens, b: \d+\); compare runs with the same"),
 ])
 def test_runs_of_other_alphabets_are_refused(chains, docs, kw, match):
     with pytest.raises(ValueError, match=match) as e:

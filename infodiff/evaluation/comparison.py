@@ -73,7 +73,7 @@ def evaluate_compare(config, workdir: str, other: str) -> tuple[dict, str]:
     rows_in = {"texts": cols["text"]} if kind == "text" else {"prompts": cols["prompt"], "responses": cols["response"]}
     c = inputs.row_errors(lambda: compare_lib.compare(run_a, run_b, **rows_in, target_se=tse, progress=True), ids)
     scored = cols["text"] if kind == "text" else cols["response"]
-    chars = [len(scoring.clean(t)[0]) for t in scored]
+    chars = [len(run_a.encode(t)) for t in scored]
     passes = c.a.info["forward_passes_per_row"] + c.b.info["forward_passes_per_row"]
     rows = [{"id": rid, "nll_a": float(c.a.mean[i]), "se_a": float(c.a.stderr[i]), "nll_b": float(c.b.mean[i]),
              "se_b": float(c.b.stderr[i]), "difference": float(c.difference[i]),

@@ -117,6 +117,12 @@ def read_input(path: str, unit: str = "line", notes: list | None = None) -> tupl
                          "document per line) or .jsonl ({\"prompt\", \"response\"} or {\"prompt\", \"a\", \"b\"})")
     if unit != "line":
         raise ValueError("config.eval.input_unit='file' applies to .txt inputs only")
+    from infodiff.config_rules import is_choices_file
+
+    if is_choices_file(path):
+        from infodiff.evaluation import choices as choices_eval
+
+        return choices_eval.read_choices(path, lines)
     kind, ids, cols = None, [], {}
     seen, line_of = {}, []
     for i, line in enumerate(lines, 1):
@@ -292,6 +298,8 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
     kind, ids, cols = read_input(path, str(ev.input_unit), notes=read_notes)
     run = scoring.load_run(workdir, config=config)
     order = run.task.order_settings() if hasattr(run.task, "order_settings") else None
+    if kind == "choices":
+        return _evaluate_choices(config, workdir, t0, path, ids, cols, run, order, read_notes)
     if order and order["interval"] and kind == "ratios":
         raise ValueError(f"config.eval.interval=True: {path} holds ratios ({{prompt, a, b}}), which get no interval "
                          "(a difference of two -log p); drop --config.eval.interval or score a and b as pairs")
@@ -375,6 +383,38 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
             f"{run.seq_len} characters: the response's first window keeps L - its length; rows.jsonl: context_chars)"
             + (f"; {len(unseen)} rows saw none of it (a response of {run.seq_len} characters or more): ids "
                f"{', '.join(unseen[:10])}" if unseen else ""))
+    return rep, out_dir
+
+
+def _evaluate_choices(config, workdir, t0, path, ids, cols, run, order, read_notes) -> tuple[dict, str]:
+    """A multiple-choice file (:mod:`infodiff.evaluation.choices`)."""
+    from infodiff.evaluation import choices as choices_eval
+
+    if order and order["interval"]:
+        raise ValueError(f"config.eval.interval=True: {path} holds multiple-choice questions, which get no interval; "
+                         "drop --config.eval.interval")
+    res, rows, summary = choices_eval.evaluate_choices(config, ids, cols, run, row_errors)
+    changed = run.last_changed
+    all_changed: dict = {}
+    for c in changed:
+        for k, v in c.items():
+            all_changed[k] = all_changed.get(k, 0) + v
+    cleaning = {"rules": "text8 (infodiff.data.text.CLEANING_RULES)",
+                "rows_changed": int(sum(1 for c in changed if c)), "characters": all_changed}
+    out_dir = _out_dir(workdir, path)
+    rep = _report(config, "choices", "argmin over options of -log p(option | prompt), coupled; value: the margin "
+                  "-log p(runner-up) + log p(choice)", {"item": "question", "nll": "nats per question"},
+                  "nelbo_difference", path, len(ids), workdir, run.checkpoint_step, run.seq_len,
+                  choices_eval.estimate_view(res, run.process), summary, run.task.process_info(run.process), cleaning,
+                  rows, out_dir, t0)
+    if read_notes:
+        rep.setdefault("notes", []).extend(read_notes)
+    undecided = [r["id"] for r in rows if not r["decided"]]
+    if undecided:
+        rep.setdefault("notes", []).append(
+            f"{len(undecided)} of {len(rows)} questions not decided at confidence {res.confidence} within "
+            f"{res.max_samples} samples per option (config.eval.choice_max_samples): their choice is the current "
+            f"best; ids {', '.join(undecided[:10])}{', ...' if len(undecided) > 10 else ''}")
     return rep, out_dir
 
 

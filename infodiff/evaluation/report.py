@@ -774,10 +774,33 @@ class InputRow(Schema):
                           required=False)
     exact: bool = key("with `eval.interval`: every window computed by the exact subset recursion", required=False)
     interval_forward_passes: int = key("with `eval.interval`: denoiser evaluations of the interval", required=False)
+    options: int = key("choices: the question's number of options", required=False)
+    choice: int = key("choices: the chosen option (smallest −log p), 0-based", required=False)
+    runner_up: int = key("choices: the next option; `value` ± `se` is its margin −log p(runner-up) + log p(choice)",
+                         required=False)
+    decided: bool = key("choices: the choice beat every rival at `eval.choice_confidence` (Bonferroni over rivals "
+                        "and rounds)", required=False)
+    p_flip: float = key("choices: the probability that more samples would change the choice", required=False)
+    rounds: int = key("choices: adaptive rounds drawn", required=False)
+    option_nll: list = key("choices: −log p(option | prompt) of every option (NELBO)", unit="nats", required=False)
+    option_se: list = key("choices: their standard errors", unit="nats", required=False)
+    answer: int = key("choices with answers: the right option", required=False)
+    correct: bool = key("choices with answers: `choice` = `answer`", required=False)
 
 
 def _input_summary_rows(r) -> list:
     s, fmt = r["summary"], r["input"]["format"]
+    if fmt == "choices":
+        out = [("questions", f"{s['questions']}, {s['fraction_decided']:.1%} decided at confidence {s['confidence']}"),
+               ("forward passes per question", f"mean {s['forward_passes_per_question_mean']:.1f}, median "
+                f"{s['forward_passes_per_question_median']:.0f}, max {s['forward_passes_per_question_max']} "
+                f"({'adaptive' if s['adaptive'] else 'fixed'}, {s['first_samples']} to {s['max_samples']} samples per "
+                f"option, {'coupled' if s['coupled'] else 'decoupled'} options)"),
+               ("expected flips", f"{s['expected_flips']:.3g} questions (would change with unlimited samples)")]
+        if "accuracy" in s:
+            out.insert(0, ("accuracy", f"{s['accuracy']:.4f} ± {s['accuracy_stderr']:.4f} (questions) "
+                                       f"± {s['accuracy_mc_stderr']:.4f} (Monte Carlo)"))
+        return out
     if fmt == "ratios":
         return [("mean log-ratio", f"{s['mean_log_ratio']:+.4f} ± {s['mean_log_ratio_stderr']:.4f}"),
                 ("resolved at 2 SE", f"{s['fraction_resolved_2se']:.0%} coupled, "
@@ -804,6 +827,10 @@ def _preview_lines(r) -> list[str]:
     if fmt == "counts":
         hdr = ["row", f"{name} (nats)", "SE", "bits/dim"]
         body = [[p["id"], f"{p['value']:.3f}", f"{p['se']:.3f}", f"{p['bits_per_dim']:.4f}"] for p in prev]
+    elif fmt == "choices":
+        hdr = ["id", "choice", "answer", "margin (nats)", "SE", "decided", "p_flip", "passes"]
+        body = [[p["id"], p["choice"], p.get("answer", "-"), f"{p['value']:.3f}", f"{p['se']:.3f}",
+                 "yes" if p["decided"] else "no", f"{p['p_flip']:.2g}", p["forward_passes"]] for p in prev]
     elif fmt == "ratios":
         hdr = ["id", "log-ratio", "SE", "SE decoupled", "resolved", "windows"]
         body = [[p["id"], f"{p['value']:+.3f}", f"{p['se']:.3f}", f"{p['se_decoupled']:.3f}",
@@ -823,7 +850,8 @@ class InputReport(Provenance, PerRowSE, Head):
     KIND: ClassVar[str] = "input"
     TITLE: ClassVar[str] = "infodiff input report"
     TEXT: ClassVar[dict] = {"se_method": row("SE method", _input_se), "plots": Shown("files")}
-    input: dict = key("`path`, `sha256`, `format` (`text`, `pairs`, `ratios`; a Poisson run's `counts`), `unit` "
+    input: dict = key("`path`, `sha256`, `format` (`text`, `pairs`, `ratios`, `choices`; a Poisson run's `counts`), "
+                      "`unit` "
                       "(`eval.input_unit`), `rows`", text=row("input", lambda r: (
                           f"{r['input']['path']} ({r['input']['format']}, {r['input']['rows']} rows)")))
     quantity: str = key("`-log p(document)`, `-log p(response | prompt)`, the coupled `log p(a | prompt) - "
@@ -847,7 +875,11 @@ class InputReport(Provenance, PerRowSE, Head):
                         "`mean_log_ratio_stderr`), `fraction_resolved_2se` (coupled and `_decoupled`), "
                         "`fraction_a_more_likely`, `se_ratio_decoupled_over_coupled_median`; pairs and ratios: "
                         "`rows_prompt_cut` (rows that saw only the end of their prompt), `rows_prompt_unseen` (saw "
-                        "none of it)", unit="nats", text=Rows(_input_summary_rows))
+                        "none of it); choices: `questions`, `fraction_decided`, `forward_passes_per_question_mean` "
+                        "(`_median`, `_max`), `samples_per_option_mean`, `expected_flips` (the sum of `p_flip`), "
+                        "`confidence`, `adaptive`, `coupled`, `first_samples`, `max_samples`, `estimator` and with "
+                        "answers `accuracy`, `accuracy_stderr` (from the sample of questions, lm-eval's) and "
+                        "`accuracy_mc_stderr` (Monte Carlo: sqrt(sum p_flip (1 - p_flip)) / questions)", unit="nats", text=Rows(_input_summary_rows))
     cleaning: dict = key("text runs: `rules`, `rows_changed`, `characters` ({character: count} outside a-z and "
                          "space, changed by the text8 cleaning)", required=False,
                          text=row("cleaned (text8 rules)", _cleaning_row))
