@@ -28,7 +28,7 @@ import ml_collections
 from infodiff import config_rules as cr
 from infodiff.config_rules import Conditional
 
-__all__ = ["Conditional", "CONDITIONAL", "rules", "REFUSED_BY_ENTRY", "leaf_keys", "track_reads", "not_read",
+__all__ = ["Conditional", "CONDITIONAL", "rules", "REFUSED_BY_ENTRY", "READ_BY_ENTRY", "leaf_keys", "track_reads", "not_read",
            "check_overrides", "override_keys"]
 
 
@@ -182,9 +182,18 @@ REFUSED_BY_ENTRY = {
 }
 
 
+# Entries that read only some keys: {entry: (the keys it reads, what it is)}; another override is refused.
+READ_BY_ENTRY = {
+    "compare": (("eval.input", "eval.input_unit", "eval.input_samples", "eval.target_se", "eval.input_max_samples",
+                 "eval.seed", "eval.batch_size", "eval.use_ema", "eval.estimator"),
+                "evaluate.py --compare (two runs scoring eval.input)"),
+}
+
+
 def check_overrides(config: ml_collections.ConfigDict, keys: list[str], entry: str = "") -> None:
     """Refuse overrides of keys that the run of ``config`` (already overridden) will not read,
-    and those :data:`REFUSED_BY_ENTRY` lists for ``entry`` ('train', 'evaluate', 'experiment').
+    those :data:`REFUSED_BY_ENTRY` lists for ``entry`` ('train', 'evaluate', 'experiment',
+    'compare') and those outside its :data:`READ_BY_ENTRY` keys.
 
     Raises:
       ValueError: naming the first such key, its condition and the value that makes it false.
@@ -192,6 +201,12 @@ def check_overrides(config: ml_collections.ConfigDict, keys: list[str], entry: s
     for k in keys:
         if k in REFUSED_BY_ENTRY.get(entry, {}):
             raise ValueError(f"config key {k} cannot be overridden here: {REFUSED_BY_ENTRY[entry][k]}")
+    if entry in READ_BY_ENTRY:
+        read, what = READ_BY_ENTRY[entry]
+        for k in keys:
+            if k not in read:
+                raise ValueError(f"config key {k} is not read by {what}: drop --config.{k} (it reads "
+                                 f"{', '.join(read)})")
     skip = not_read(config)
     for k in keys:
         if k in skip:

@@ -53,7 +53,7 @@ from infodiff.tasks.masked import SCORING_ESTIMATORS
 from infodiff.validation import check_num_samples
 
 __all__ = ["clean", "Tokenizer", "TEXT8", "Windows", "document_windows", "response_windows", "sum_windows", "sum_interval_windows", "Run",
-           "load_run",
+           "load_run", "encode_rows", "prompt_contexts", "concat_rounds",
            "SCORING_ESTIMATORS"]
 
 DEFAULT_INPUT_SAMPLES = 32  # per window: 2x k_dce's calibrated minimum (tests/test_calibration.py)
@@ -198,6 +198,24 @@ def _tokens(texts, what: str, tokenizer: Tokenizer = TEXT8) -> tuple[list[np.nda
     return ids, changed
 
 
+def encode_rows(texts, what: str, tokenizer: Tokenizer = TEXT8, nonempty: bool = True
+                ) -> tuple[list[np.ndarray], list[dict]]:
+    """Per text: int32 token ids by ``tokenizer`` and {input character: count} its cleaning
+    changed. Raises TypeError for anything but a list of strings, ValueError for an empty list or
+    (``nonempty``) a text with no tokens, naming ``what[i]``."""
+    ids, changed = _tokens(texts, what, tokenizer)
+    if nonempty:
+        _nonempty(ids, what, tokenizer)
+    return ids, changed
+
+
+def prompt_contexts(prompt_ids: list[np.ndarray], tokenizer: Tokenizer = TEXT8) -> list[np.ndarray]:
+    """The context of each response: its prompt's tokens and the tokenizer's separator (text8: one
+    space); an empty prompt: none."""
+    sep = np.asarray(tokenizer.separator, np.int32)
+    return [np.concatenate([p, sep]) if len(p) else p for p in prompt_ids]
+
+
 def _nonempty(ids, what, tokenizer: Tokenizer = TEXT8):
     for i, t in enumerate(ids):
         if len(t) == 0:
@@ -264,21 +282,28 @@ class Run:
         while np.max(est.stderr) > float(target_se) and est.num_samples < cap:
             r += 1
             parts.append(draw(jax.random.fold_in(key, r), min(est.num_samples, cap - est.num_samples)))
-            est = _concat_samples(parts)
+            est = concat_rounds(parts)
         est.info.update(bound=bound, target_se=float(target_se),
                         target_se_reached=bool(np.max(est.stderr) <= float(target_se)), max_samples=cap)
         return est
 
+    def window_nll(self, win: Windows, num_rows: int, key, num_samples: int, *, batch_size: int | None = None,
+                   progress: bool = False) -> lk.Estimate:
+        """One draw of -log p per row (nats) from its windows (:func:`sum_windows`), S =
+        ``num_samples`` per window from ``key``; ``batch_size`` (default the run's) sets the
+        chunk layout, which with the key and the process fixes every draw (``likelihood.estimate``)."""
+        est = lk.nll(self.denoiser, win.x_WxL, key, process=self.process, num_samples=num_samples,
+                     batch_size=self.batch_size if batch_size is None else int(batch_size),
+                     target_BxL=win.target_WxL, pad_BxL=win.pad_WxL, progress=progress)
+        out = sum_windows(est, win.row_W, num_rows)
+        if win.context_R is not None:
+            out.info["context_per_row"] = win.context_R
+        return out
+
     def _nll_windows(self, win: Windows, num_rows: int, seed, num_samples, progress, target_se=None,
                      max_samples=None) -> lk.Estimate:
         def draw(key, S):
-            est = lk.nll(self.denoiser, win.x_WxL, key, process=self.process, num_samples=S,
-                         batch_size=self.batch_size, target_BxL=win.target_WxL, pad_BxL=win.pad_WxL,
-                         progress=progress)
-            out = sum_windows(est, win.row_W, num_rows)
-            if win.context_R is not None:
-                out.info["context_per_row"] = win.context_R
-            return out
+            return self.window_nll(win, num_rows, key, S, progress=progress)
 
         return self._until(draw, seed, num_samples, target_se, max_samples)
 
@@ -298,8 +323,7 @@ class Run:
         p_ids, p_changed = _tokens(prompts, "prompts", self.tokenizer)
         if len(p_ids) != n:
             raise ValueError(f"{len(p_ids)} prompts but {n} responses")
-        sep = np.asarray(self.tokenizer.separator, np.int32)
-        ctx = [np.concatenate([p, sep]) if len(p) else p for p in p_ids]
+        ctx = prompt_contexts(p_ids, self.tokenizer)
         self.last_context = np.asarray([len(c) for c in ctx], np.int64)
         return ctx, p_changed
 
@@ -464,7 +488,7 @@ def sum_interval_windows(oi, row_W: np.ndarray, num_rows: int):
                       forward_passes=add(oi.forward_passes).astype(np.int64), best_order=None)
 
 
-def _concat_samples(parts: list[lk.Estimate]) -> lk.Estimate:
+def concat_rounds(parts: list[lk.Estimate]) -> lk.Estimate:
     """One Estimate of independent rounds of the same rows: samples side by side, passes added."""
     e = parts[-1]
     info = dict(e.info, forward_passes_per_row=sum(p.info["forward_passes_per_row"] for p in parts))

@@ -36,7 +36,7 @@ from infodiff.validation import check_num_samples
 from infodiff.evaluation import intervals, plots
 from infodiff.evaluation import report as report_lib
 
-__all__ = ["read_input", "evaluate_input", "INPUT_UNITS"]
+__all__ = ["read_input", "evaluate_input", "INPUT_UNITS", "row_attachments", "row_errors", "sha256"]
 
 INPUT_UNITS = ("line", "file")
 LN2 = math.log(2.0)
@@ -167,7 +167,7 @@ def _out_dir(workdir: str, path: str) -> str:
     return os.path.join(workdir, "scores", os.path.basename(path))
 
 
-def _sha256(path):
+def sha256(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -175,7 +175,7 @@ def _sha256(path):
     return h.hexdigest()
 
 
-def _row_errors(fn, ids):
+def row_errors(fn, ids):
     """Re-raise a scoring ValueError about row i (texts[3], a[0], ...) naming the row's id."""
     import re
 
@@ -254,21 +254,13 @@ def _report(config, kind, quantity, units, bound, path, n_rows, workdir, step, m
             cleaning, rows, out_dir, t0, interval=report_lib.ABSENT, figures=()) -> dict:
     """The input report; ``figures``: more (file name, draw(binary file)) beside rows.png."""
     ev = config.eval
-    attachments = _rows_files(rows)
-    plot_notes = []
-    figures = [("rows.png", lambda buf: plots.input_rows_png(buf, rows, kind, quantity,
-                                                             units.get("bits", "bits per character"))), *figures]
-    for name, draw in figures:
-        buf = io.BytesIO()
-        try:
-            draw(buf)
-            attachments[name] = buf.getvalue()
-        except (OSError, ValueError) as e:
-            plot_notes.append(f"{name} not drawn: {e}")
+    attachments, plot_notes = row_attachments(rows, [
+        ("rows.png", lambda buf: plots.input_rows_png(buf, rows, kind, quantity, units.get("bits", "bits per character"))),
+        *figures])
     files = [os.path.join(out_dir, name) for name in attachments]
     rep = report_lib.InputReport(
         quantity=quantity, bound=bound, process=process_info, units=units,
-        input={"path": os.path.abspath(path), "sha256": _sha256(path), "format": kind,
+        input={"path": os.path.abspath(path), "sha256": sha256(path), "format": kind,
                "unit": str(ev.get("input_unit", "line")), "rows": n_rows},
         workdir=os.path.abspath(workdir), checkpoint_step=step,
         params="ema" if bool(ev.use_ema) else "raw", model_length=model_length,
@@ -317,16 +309,16 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
     if tse is not None and tse < 0:
         raise ValueError(f"config.eval.target_se={ev.target_se} must be >= 0 (0: a fixed budget)")
     if kind == "text":
-        est = _row_errors(lambda: run.nll(cols["text"], progress=True, target_se=tse), ids)
+        est = row_errors(lambda: run.nll(cols["text"], progress=True, target_se=tse), ids)
         chars = np.array([len(scoring.clean(t)[0]) for t in cols["text"]])
         summary = _totals(est, chars)
     elif kind == "pairs":
-        est = _row_errors(lambda: run.conditional_nll(cols["prompt"], cols["response"], progress=True,
+        est = row_errors(lambda: run.conditional_nll(cols["prompt"], cols["response"], progress=True,
                                                       target_se=tse), ids)
         chars = np.array([len(scoring.clean(t)[0]) for t in cols["response"]])
         summary = _totals(est, chars)
     else:
-        est = _row_errors(lambda: run.log_ratio(cols["prompt"], cols["a"], cols["b"], coupled=True, target_se=tse), ids)
+        est = row_errors(lambda: run.log_ratio(cols["prompt"], cols["a"], cols["b"], coupled=True, target_se=tse), ids)
         dec = run.log_ratio(cols["prompt"], cols["a"], cols["b"], coupled=False, num_samples=est.num_samples)
         chars = None
         ratio = dec.stderr / np.where(est.stderr > 0, est.stderr, np.nan)
@@ -401,7 +393,7 @@ def _evaluate_choices(config, workdir, t0, path, ids, cols, run, order, read_not
     if order and order["interval"]:
         raise ValueError(f"config.eval.interval=True: {path} holds multiple-choice questions, which get no interval; "
                          "drop --config.eval.interval")
-    res, rows, summary = choices_eval.evaluate_choices(config, ids, cols, run, _row_errors)
+    res, rows, summary = choices_eval.evaluate_choices(config, ids, cols, run, row_errors)
     changed = run.last_changed
     all_changed: dict = {}
     for c in changed:
@@ -435,6 +427,20 @@ def _totals(est, chars) -> dict:
     n = int(chars.sum())
     return {"total_nats": total, "total_stderr": total_se, "mean_nll_per_row": float(est.mean.mean()),
             "characters": n, "bits_per_char": total / (n * LN2), "bits_per_char_stderr": total_se / (n * LN2)}
+
+
+def row_attachments(rows: list[dict], figures) -> tuple[dict, list[str]]:
+    """({file name: bytes} of rows.jsonl, rows.csv and the ``figures`` [(name, draw(binary file))]
+    that could be drawn, [why each other figure was not drawn])."""
+    attachments, notes = _rows_files(rows), []
+    for name, draw in figures:
+        buf = io.BytesIO()
+        try:
+            draw(buf)
+            attachments[name] = buf.getvalue()
+        except (OSError, ValueError) as e:
+            notes.append(f"{name} not drawn: {e}")
+    return attachments, notes
 
 
 def _rows_files(rows: list[dict]) -> dict:
