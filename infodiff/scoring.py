@@ -183,7 +183,7 @@ class Run:
     """A trained text run (masked or SEDD) ready to score strings (:func:`load_run`).
 
     Attributes: ``workdir``, ``config``, ``task``, ``denoiser``, ``process`` (the estimator),
-    ``seq_len`` (L), ``checkpoint_step``, ``num_samples`` (per window, default
+    ``seq_len`` (L), ``checkpoint_step``, ``checkpoint_sha256`` (its state's SHA-256 written at save), ``num_samples`` (per window, default
     ``config.eval.input_samples``, else :data:`DEFAULT_INPUT_SAMPLES`), ``batch_size``; ``last_changed``: per row of the last call,
     {character: count} changed by cleaning; ``last_context``: per row, the prompt's tokens (with
     the joining space), of which ``Estimate.info['context_per_row']`` were seen. ``seed`` (every method) defaults to the run's
@@ -191,8 +191,9 @@ class Run:
     """
 
     def __init__(self, workdir, config, task, denoiser, process, checkpoint_step, num_samples, batch_size,
-                 max_samples=DEFAULT_MAX_SAMPLES):
+                 max_samples=DEFAULT_MAX_SAMPLES, checkpoint_sha256=None):
         self.max_samples = int(max_samples)
+        self.checkpoint_sha256 = checkpoint_sha256
         self.workdir, self.config, self.task, self.denoiser = workdir, config, task, denoiser
         self.process, self.checkpoint_step = process, int(checkpoint_step)
         self.seq_len = int(task.seq_len)
@@ -480,4 +481,5 @@ def load_run(workdir: str, *, estimator: str | None = None, num_samples: int | N
         cap = int(ev.get("input_max_samples", DEFAULT_MAX_SAMPLES))
         if cap < S:
             raise ValueError(f"config.eval.input_max_samples={cap} is below config.eval.input_samples={S}")
-    return Run(workdir, config, task, den, process, meta["step"], S, int(ev.batch_size), cap)
+    return Run(workdir, config, task, den, process, meta["step"], S, int(ev.batch_size), cap,
+               checkpoint_sha256=meta.get("state_sha256"))
