@@ -201,8 +201,7 @@ def check_resumable(saved_meta: Mapping, config_dict: Mapping, checksums: Mappin
                          for k in diff], 2)
         raise ConfigMismatchError(
             f"cannot resume from {where}: the config differs in {len(diff)} key{'s' * (len(diff) != 1)} ({detail}). Only "
-            "eval.* and the keys of training.RESUMABLE_KEYS (e.g. train.num_steps, optim.lr) may change on resume; "
-            "use a new --workdir for a different experiment"
+            "eval.* and training.RESUMABLE_KEYS (e.g. optim.lr) may change on resume; else use a new --workdir"
         )
     saved_sums = saved_meta.get("data", {}).get("checksums")
     if saved_sums not in (None, dict(checksums)):
@@ -572,8 +571,7 @@ def _no_checkpoint_yet(workdir: str) -> str:
     if owner is not None:
         return (f"training is running there (pid {owner.get('pid', '?')} on host {owner.get('host', '?')} holds "
                 f"{workdir_lib.LOCK_NAME}): evaluate again once it has saved {first}")
-    return (f"no training is running there: start it (infodiff-train or python train.py with --workdir "
-            f"{os.fspath(workdir)}); the first checkpoint is saved at {first}")
+    return f"no training is running there: start it (infodiff-train or train.py, same --workdir); first checkpoint at {first}"
 
 
 def _read(workdir: str, step: int | None, abstract_fn, config_dict=None) -> tuple[Any, dict]:
@@ -583,14 +581,14 @@ def _read(workdir: str, step: int | None, abstract_fn, config_dict=None) -> tupl
     and a deleted checkpoint is never reported as a damaged one."""
     directory = os.path.join(os.path.abspath(os.fspath(workdir)), CKPT_DIR)
     if not os.path.isdir(directory):
-        raise FileNotFoundError(f"no checkpoints in {os.fspath(workdir)!r} yet; {_no_checkpoint_yet(workdir)}")
+        raise FileNotFoundError(f"no checkpoints in {os.fspath(workdir)} yet; {_no_checkpoint_yet(workdir)}")
     abstract = None
     for attempt in range(_READ_ATTEMPTS):
         mngr = _list_steps(directory)
         try:
             steps = mngr.all_steps()
             if not steps and step is None:
-                raise FileNotFoundError(f"no checkpoints in {directory} yet; {_no_checkpoint_yet(workdir)}")
+                raise FileNotFoundError(f"no checkpoints in {os.fspath(workdir)} yet; {_no_checkpoint_yet(workdir)}")
             if not steps or (step is not None and step not in steps):
                 raise FileNotFoundError(
                     f"checkpoint step {step if step is not None else 'latest'} not found in {directory} "
