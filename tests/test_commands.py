@@ -105,6 +105,35 @@ def test_installed_commands_run_outside_the_checkout(tmp_path):
     assert rep["provenance"]["argv"][1] == str(target / "bin" / "infodiff-evaluate")
 
 
+@pytest.mark.slow
+def test_an_editable_install_is_not_shadowed_by_a_directory_named_infodiff(tmp_path):
+    """``pip install -e .``, then Python started in a directory holding a directory ``infodiff``
+    without ``__init__.py`` (a checkout's parent; ``~/.cache``, the data cache): ``import infodiff``
+    is the package, not an empty namespace package without ``load_run`` (setuptools' editable
+    import hook came after the namespace portion; the checkout on sys.path does not)."""
+    import site
+    import venv
+
+    src = tmp_path / "src"
+    shutil.copytree(REPO, src, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".cache", "runs", "results", "build", "*.egg-info", "__pycache__", ".pytest_cache"))
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=False)
+    py = env_dir / "bin" / "python"
+    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    Path(purelib, "outer.pth").write_text("\n".join(site.getsitepackages()) + "\n")  # jax & co. and pip
+    isolation = ["--no-build-isolation"] if _has_wheel() else []
+    p = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", *isolation, "--prefix", str(env_dir),
+                        "-e", str(src)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (tmp_path / "parent" / "infodiff").mkdir(parents=True)
+    p = subprocess.run([str(py), "-c", "import infodiff; print(infodiff.__file__, infodiff.load_run.__name__)"],
+                       cwd=tmp_path / "parent", capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=""))
+    assert p.returncode == 0 and p.stdout.split() == [str(src / "infodiff" / "__init__.py"), "load_run"], p.stderr
+
+
 def _has_wheel() -> bool:
     """setuptools 65 builds a wheel with the ``wheel`` package: without it in this environment,
     pip builds in an isolated one (from the configured index)."""
