@@ -11,8 +11,9 @@ as one unit in the same directory and listed in its ``files``), ``run_experiment
   state's arrays written at save, infodiff/training/checkpoint.py), or None;
 * ``data``: the digest of the data (``{"name", "split", "sha256"}`` of a corpus split, the
   checksums the tasks compute; ``{"path", "sha256"}`` of an input file), or None;
-* ``argv``: the command line as given (``sys.orig_argv``: the interpreter first); ``git``: ``{"revision", "dirty"}`` of the checkout the package was
-  imported from, or the string ``'not a git checkout'`` (an installed package).
+* ``argv``: the command line as given (``sys.orig_argv``: the interpreter first);
+* ``git``: ``{"revision", "dirty"}`` of the checkout the package was imported from, or the string
+  ``'not a git checkout'`` (an installed package).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Run one experiment of the experiments package (infodiff/experiments/) and write results.json / results.md / results.png.
+"""Run one experiment of infodiff/experiments/ and write results.json / results.md / results.png.
 
   infodiff-experiment --config exp_dna128 --workdir results/dna128    # installed; or python run_experiment.py
   python run_experiment.py --config configs/exp_dna128.py --workdir results/dna128

@@ -200,7 +200,8 @@ def check_resumable(saved_meta: Mapping, config_dict: Mapping, checksums: Mappin
         detail = listed([f"{k}: checkpoint={old.get(k, '<missing>')!r} new={new.get(k, '<missing>')!r}"
                          for k in diff], 2)
         raise ConfigMismatchError(
-            f"cannot resume from {where}: the config differs in {len(diff)} key{'s' * (len(diff) != 1)} ({detail}). Only "
+            f"cannot resume from {where}: the config differs in {len(diff)} key{'s' * (len(diff) != 1)} "
+            f"({detail}). Only "
             "eval.* and training.RESUMABLE_KEYS (e.g. optim.lr) may change on resume; else use a new --workdir"
         )
     saved_sums = saved_meta.get("data", {}).get("checksums")
@@ -571,7 +572,8 @@ def _no_checkpoint_yet(workdir: str) -> str:
     if owner is not None:
         return (f"training is running there (pid {owner.get('pid', '?')} on host {owner.get('host', '?')} holds "
                 f"{workdir_lib.LOCK_NAME}): evaluate again once it has saved {first}")
-    return f"no training is running there: start it (infodiff-train or train.py, same --workdir); first checkpoint at {first}"
+    return (f"no training is running there: start it (infodiff-train or train.py, same --workdir); first "
+            f"checkpoint at {first}")
 
 
 def _read(workdir: str, step: int | None, abstract_fn, config_dict=None) -> tuple[Any, dict]:
