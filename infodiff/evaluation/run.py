@@ -37,8 +37,7 @@ def _check_saved_config(config, workdir: str) -> None:
     if diff:
         raise training.ConfigMismatchError(
             f"the config differs from the one {workdir!r} was trained with in: {training.listed(diff)} "
-            "(evaluate with the run's own config: `evaluate.py --workdir W` without --config; "
-            "only eval.* may be overridden)")
+            "(only eval.* may be overridden: give --workdir W without --config)")
 
 
 def _mtime_ns(path: str) -> int | None:

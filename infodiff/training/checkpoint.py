@@ -422,8 +422,7 @@ def restore_checkpoint(mngr: ocp.CheckpointManager, step: int,
     if detail:
         raise ConfigMismatchError(
             f"the config and checkpoint step {step} ({d}) disagree: {detail}. The checkpoint "
-            "is not damaged: use the config it was trained with (evaluate.py --workdir W without "
-            "--config; W/config.json unedited) or a new --workdir")
+            "is not damaged: use its own config (--workdir W alone, W/config.json unedited)")
     try:
         state = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state))).state
     except Exception as e:
@@ -432,8 +431,7 @@ def restore_checkpoint(mngr: ocp.CheckpointManager, step: int,
         if detail:
             raise ConfigMismatchError(
                 f"the config and checkpoint step {step} ({d}) disagree: {detail}. The checkpoint "
-                "is not damaged: use the config it was trained with (evaluate.py --workdir W without "
-                "--config; W/config.json unedited) or a new --workdir") from e
+                "is not damaged: use its own config (--workdir W alone, W/config.json unedited)") from e
         raise CheckpointError(f"checkpoint step {step}: its state {state_path} cannot be read into the "
                               f"model the config builds ({_one_line(e)})", step, state_path) from e
     if "state_sha256" in meta and state_digest(state) != meta["state_sha256"]:
