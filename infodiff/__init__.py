@@ -1,7 +1,10 @@
 """infodiff: discrete diffusion models with trustworthy likelihoods (JAX).
 
 ``infodiff.load_run(workdir)`` loads a trained text run to score your own strings
-(:mod:`infodiff.scoring`); it is imported on first use, so ``import infodiff`` stays light.
+(:mod:`infodiff.scoring`); ``infodiff.from_function(logprobs_fn, ...)`` scores a masked diffusion
+model defined outside infodiff the same way (:mod:`infodiff.external`); ``infodiff.compare(run_a,
+run_b, texts)`` compares two runs on the same rows with a paired SE (:mod:`infodiff.compare`). All
+are imported on first use, so ``import infodiff`` stays light.
 """
 
 __version__ = "0.1.0"
@@ -12,4 +15,13 @@ def __getattr__(name):
         from infodiff import scoring
 
         return getattr(scoring, name)
+    if name == "from_function":
+        from infodiff import external
+
+        return external.from_function
+    if name in ("compare", "Comparison"):
+        import importlib
+
+        module = importlib.import_module("infodiff.compare")  # callable: infodiff.compare(a, b, texts)
+        return module if name == "compare" else module.Comparison
     raise AttributeError(f"module 'infodiff' has no attribute {name!r}")

@@ -46,6 +46,15 @@ def define_distributed_flags() -> None:
                          "(or JAX_PROCESS_ID).")
 
 
+def define_compare_flag() -> None:
+    """evaluate.py's ``--compare W2``: score ``eval.input`` with the ``--workdir`` run and W2 and
+    write their per-row difference with a paired SE (docs/scoring.md, "Comparing two runs")."""
+    from absl import flags
+
+    flags.DEFINE_string("compare", None, "Another training run's directory: score --config.eval.input with both "
+                        "runs and report the per-row difference -log p_a - (-log p_b) with a paired SE.")
+
+
 def start_distributed() -> bool:
     """Join the multi-process run the flags / environment describe (:func:`infodiff.parallel.
     initialize`; nothing for a single process). Call first in ``main``, before any JAX work."""

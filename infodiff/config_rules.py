@@ -13,7 +13,7 @@ from typing import Callable
 
 import ml_collections
 
-__all__ = ["Conditional", "get", "equals", "differs", "all_of", "keys", "ORACLE", "NETWORK", "NO_INPUT"]
+__all__ = ["Conditional", "get", "equals", "differs", "all_of", "keys", "ORACLE", "NETWORK", "NO_INPUT", "CHOICES", "is_choices_file"]
 
 Test = Callable[[ml_collections.ConfigDict], bool]
 
@@ -62,3 +62,25 @@ def keys(names, when: str, test: Test, scope: Test = lambda c: True) -> tuple[Co
 NETWORK = differs("eval.mode", "oracle")
 ORACLE = equals("eval.mode", "oracle")
 NO_INPUT: Test = lambda c: not get(c, "eval.input")  # noqa: E731
+
+
+def is_choices_file(path) -> bool:
+    """Whether ``path`` (a config's eval.input) is a multiple-choice .jsonl: its first non-empty
+    line is a JSON object with "choices". True for a file that cannot be read (its own error is
+    then reported where it is read, not as a key that is not read)."""
+    import json
+
+    if not path or not str(path).lower().endswith(".jsonl"):
+        return False
+    try:
+        with open(str(path), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.strip():
+                    obj = json.loads(line)
+                    return isinstance(obj, dict) and "choices" in obj
+    except (OSError, ValueError):
+        return True
+    return False
+
+
+CHOICES: Test = lambda c: is_choices_file(get(c, "eval.input"))  # noqa: E731

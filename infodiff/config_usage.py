@@ -28,7 +28,7 @@ import ml_collections
 from infodiff import config_rules as cr
 from infodiff.config_rules import Conditional
 
-__all__ = ["Conditional", "CONDITIONAL", "rules", "REFUSED_BY_ENTRY", "leaf_keys", "track_reads", "not_read",
+__all__ = ["Conditional", "CONDITIONAL", "rules", "REFUSED_BY_ENTRY", "READ_BY_ENTRY", "leaf_keys", "track_reads", "not_read",
            "check_overrides", "override_keys"]
 
 
@@ -120,10 +120,14 @@ CONDITIONAL: tuple[Conditional, ...] = (
     Conditional("train.max_loss_ratio", "train.divergence_guard is True",
                 lambda c: bool(cr.get(c, "train.divergence_guard", True))),
     # scoring a user's file (evaluate.py --config.eval.input=FILE)
-    *cr.keys(("eval.input_unit", "eval.input_samples", "eval.target_se"), "eval.input is set",
-             lambda c: bool(cr.get(c, "eval.input"))),
+    *cr.keys(("eval.input_unit", "eval.input_samples", "eval.target_se"),
+             "eval.input is set and is not a multiple-choice .jsonl",
+             lambda c: bool(cr.get(c, "eval.input")) and not cr.CHOICES(c)),
+    *cr.keys(("eval.choice_confidence", "eval.choice_samples", "eval.choice_max_samples"),
+             "eval.input is a multiple-choice .jsonl ({\"prompt\", \"choices\", \"answer\"})", cr.CHOICES),
     Conditional("eval.input_max_samples", "eval.input is set and eval.target_se > 0",
-                lambda c: bool(cr.get(c, "eval.input")) and float(cr.get(c, "eval.target_se", 0.0) or 0.0) > 0),
+                lambda c: bool(cr.get(c, "eval.input")) and not cr.CHOICES(c)
+                and float(cr.get(c, "eval.target_se", 0.0) or 0.0) > 0),
     # the Markov-4 toys (experiments/paper.py): a table file, or a generated chain
     Conditional("toy.temperature", "toy.table is empty (a generated chain)", lambda c: not cr.get(c, "toy.table"),
                 lambda c: cr.get(c, "toy.table") is not None),
@@ -178,9 +182,18 @@ REFUSED_BY_ENTRY = {
 }
 
 
+# Entries that read only some keys: {entry: (the keys it reads, what it is)}; another override is refused.
+READ_BY_ENTRY = {
+    "compare": (("eval.input", "eval.input_unit", "eval.input_samples", "eval.target_se", "eval.input_max_samples",
+                 "eval.seed", "eval.batch_size", "eval.use_ema", "eval.estimator"),
+                "evaluate.py --compare (two runs scoring eval.input)"),
+}
+
+
 def check_overrides(config: ml_collections.ConfigDict, keys: list[str], entry: str = "") -> None:
     """Refuse overrides of keys that the run of ``config`` (already overridden) will not read,
-    and those :data:`REFUSED_BY_ENTRY` lists for ``entry`` ('train', 'evaluate', 'experiment').
+    those :data:`REFUSED_BY_ENTRY` lists for ``entry`` ('train', 'evaluate', 'experiment',
+    'compare') and those outside its :data:`READ_BY_ENTRY` keys.
 
     Raises:
       ValueError: naming the first such key, its condition and the value that makes it false.
@@ -188,6 +201,12 @@ def check_overrides(config: ml_collections.ConfigDict, keys: list[str], entry: s
     for k in keys:
         if k in REFUSED_BY_ENTRY.get(entry, {}):
             raise ValueError(f"config key {k} cannot be overridden here: {REFUSED_BY_ENTRY[entry][k]}")
+    if entry in READ_BY_ENTRY:
+        read, what = READ_BY_ENTRY[entry]
+        for k in keys:
+            if k not in read:
+                raise ValueError(f"config key {k} is not read by {what}: drop --config.{k} (it reads "
+                                 f"{', '.join(read)})")
     skip = not_read(config)
     for k in keys:
         if k in skip:

@@ -47,7 +47,7 @@ from infodiff.processes import score_entropy as se
 from infodiff import validation
 from infodiff.validation import validate_tokens
 
-__all__ = ["Estimate", "estimate", "slice_rows", "in_slices", "SLICE_TOKENS", "nll", "conditional_nll", "paired_conditional_nll", "paired_nll", "log_ratio",
+__all__ = ["Estimate", "estimate", "slice_rows", "in_slices", "SLICE_TOKENS", "nll", "conditional_nll", "paired_conditional_nll", "paired_nll", "coupled_nll", "log_ratio",
            "masked_process", "imdse_nll", "imdse_conditional_nll", "poisson_nll", "ESTIMATORS",
            "TERMS"]
 
@@ -681,7 +681,7 @@ def paired_conditional_nll(denoiser, prompt_BxP, response_BxR, alt_response_BxR,
     xa, target = _concat(prompt_BxP, ya, V)
     xb, _ = _concat(prompt_BxP, yb, V)
     process = _resolve_process(denoiser, process, estimator, schedule, V)
-    return _paired(process, denoiser, xa, xb, target, key, coupled, num_samples, batch_size)
+    return _coupled(process, denoiser, [xa, xb], target, key, coupled, num_samples, batch_size)
 
 
 def paired_nll(denoiser, xa_BxL, xb_BxL, key, *, target_a_BxL, target_b_BxL, pad_a_BxL=None, pad_b_BxL=None,
@@ -691,11 +691,32 @@ def paired_nll(denoiser, xa_BxL, xb_BxL, key, *, target_a_BxL, target_b_BxL, pad
     :func:`paired_conditional_nll`, for two inputs whose targets and pads (:func:`nll`) may differ,
     e.g. a prompt with responses of different lengths, each padded to a common width. Where the
     targets differ the noise of both comes from the same key drawn on each target; an estimator
-    with several passes per sample (stratified, neyman) needs equal targets (ValueError)."""
+    with several passes per sample (stratified, neyman) needs equal targets (ValueError).
+    :func:`coupled_nll` with N = 2."""
+    return coupled_nll(denoiser, [xa_BxL, xb_BxL], key, target_NxBxL=[target_a_BxL, target_b_BxL],
+                       pad_NxBxL=[pad_a_BxL, pad_b_BxL], coupled=coupled, process=process, estimator=estimator,
+                       num_samples=num_samples, batch_size=batch_size, schedule=schedule, vocab_size=vocab_size)
+
+
+def coupled_nll(denoiser, xs_NxBxL, key, *, target_NxBxL, pad_NxBxL=None, coupled: bool = True, process=None,
+                estimator: str | None = None, num_samples: int | None = None, batch_size: int = 1024,
+                schedule=None, vocab_size: int | None = None) -> tuple[Estimate, ...]:
+    """-log p(xs[n][target_n] | rest) per input n and row (nats) for N >= 2 inputs of the same rows
+    (e.g. the answer options of a multiple-choice question), every Monte Carlo sample drawn with the
+    same noise for all N (coupled; arXiv 2510.24088 Eq. 18 for N = 2), so the differences' noise
+    is small; ``coupled=False`` gives each input its own draws. Targets and pads (:func:`nll`) may
+    differ between inputs (per-input-target estimators: k_dce, t_dce, time_free). ``batch_size``
+    is shared by the N inputs. Returns N Estimates [B]. Raises ValueError for N < 2, inputs of
+    different shapes, or an estimator that needs equal targets (or a pilot plan, N > 2)."""
     key = validation.as_key(key)
     process = _resolve_process(denoiser, process, estimator, schedule, vocab_size)
+    N = len(xs_NxBxL)
+    pads = [None] * N if pad_NxBxL is None else list(pad_NxBxL)
+    if N < 2 or len(target_NxBxL) != N or len(pads) != N:
+        raise ValueError(f"coupled_nll needs N >= 2 inputs with one target (and pad) each; got {N} inputs, "
+                         f"{len(target_NxBxL)} targets, {len(pads)} pads")
     xs, ts = [], []
-    for x, t, p_ in ((xa_BxL, target_a_BxL, pad_a_BxL), (xb_BxL, target_b_BxL, pad_b_BxL)):
+    for x, t, p_ in zip(xs_NxBxL, target_NxBxL, pads):
         validation.check_batch(x)
         pad = _pad(p_, x, process)
         xv = process.validate(x if pad is None else np.where(pad, 0, np.asarray(x)))
@@ -703,17 +724,22 @@ def paired_nll(denoiser, xa_BxL, xb_BxL, key, *, target_a_BxL, target_b_BxL, pad
         tv = _target(t, xv.shape, pad)
         xs.append(_mask_pads(xv, pad, tv, process))
         ts.append(tv)
-    if xs[0].shape != xs[1].shape:
-        raise ValueError(f"paired inputs differ in shape: {xs[0].shape} and {xs[1].shape}")
-    target = ts[0] if np.array_equal(ts[0], ts[1]) else np.stack(ts)
+    for x in xs[1:]:
+        if x.shape != xs[0].shape:
+            raise ValueError(f"paired inputs differ in shape: {xs[0].shape} and {x.shape}")
+    target = ts[0] if all(np.array_equal(ts[0], t) for t in ts[1:]) else np.stack(ts)
     if target.ndim == 3 and not process.per_input_targets:
         raise ValueError(f"the {process.estimator} estimator needs the same target positions in both inputs of a "
                          "pair; use k_dce, t_dce or time_free for responses of different lengths")
-    return _paired(process, denoiser, xs[0], xs[1], target, key, coupled, num_samples, batch_size)
+    if N > 2 and process.needs_plan:
+        raise ValueError(f"the {process.estimator} estimator plans its samples on a pair; for {N} coupled inputs "
+                         "use k_dce, t_dce or time_free")
+    return _coupled(process, denoiser, xs, target, key, coupled, num_samples, batch_size)
 
 
-def _paired(process, denoiser, xa, xb, target, key, coupled, num_samples, batch_size):
-    """The coupled / decoupled pair of estimates of two inputs (target [B, L], or [2, B, L])."""
+def _coupled(process, denoiser, xs_list, target, key, coupled, num_samples, batch_size):
+    """The coupled / decoupled estimates of N inputs (target [B, L], or [N, B, L])."""
+    N = len(xs_list)
     t0 = target if target.ndim == 2 else target[0]
     if num_samples is None:
         num_samples = default_num_samples(process, t0)
@@ -721,20 +747,20 @@ def _paired(process, denoiser, xa, xb, target, key, coupled, num_samples, batch_
     for t in (target if target.ndim == 3 else [target]):
         process.check_target(t)
     _warn_infinite(process)
-    xs = np.stack([xa, xb])
-    bs = int(batch_size) // 2 or 1
+    xs = np.stack(xs_list)
+    bs = int(batch_size) // N or 1
     process, S, pilot_passes = _planned(process, denoiser, xs, target, key, int(num_samples), bs,
                                         independent=not coupled)
     if process.passes_per_sample(target) == 0:
-        vals, S = np.zeros((2, xa.shape[0], 0)), 0
+        vals, S = np.zeros((N, xs.shape[1], 0)), 0
     else:
         vals = estimate(process, denoiser, xs, target, key, S, bs, independent=not coupled)
     apply_fn, params = denoisers.split(denoiser)
-    mc_passes = S * process.passes_per_sample(target) + pilot_passes // 2
+    mc_passes = S * process.passes_per_sample(target) + pilot_passes // N
     return tuple(_estimate_of(process, vals[i], mc_passes,
                               process.exact_terms(apply_fn, params, xi, target if target.ndim == 2 else target[i],
                                                   int(batch_size)))
-                 for i, xi in enumerate((xa, xb)))
+                 for i, xi in enumerate(xs_list))
 
 
 def log_ratio(denoiser, prompt_BxP, response_BxR, alt_response_BxR, key, *, coupled: bool = True,

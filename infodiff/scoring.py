@@ -42,6 +42,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+from typing import Callable
 
 import jax
 import numpy as np
@@ -51,8 +52,8 @@ from infodiff.data import text as text_data
 from infodiff.tasks.masked import SCORING_ESTIMATORS
 from infodiff.validation import check_num_samples
 
-__all__ = ["clean", "Windows", "document_windows", "response_windows", "sum_windows", "sum_interval_windows", "Run",
-           "load_run",
+__all__ = ["clean", "Tokenizer", "TEXT8", "Windows", "document_windows", "response_windows", "sum_windows", "sum_interval_windows", "Run",
+           "load_run", "encode_rows", "prompt_contexts", "concat_rounds",
            "SCORING_ESTIMATORS"]
 
 DEFAULT_INPUT_SAMPLES = 32  # per window: 2x k_dce's calibrated minimum (tests/test_calibration.py)
@@ -154,7 +155,32 @@ def sum_windows(est: lk.Estimate, row_W: np.ndarray, num_rows: int) -> lk.Estima
                        se_method=est.se_method, min_samples=est.min_samples)
 
 
-def _tokens(texts, what: str) -> tuple[list[np.ndarray], list[dict]]:
+@dataclasses.dataclass(frozen=True)
+class Tokenizer:
+    """How a run turns a string into token ids.
+
+    ``name``: 'text8' (the corpus's cleaning, :func:`clean`) or another; ``unit``: what one token
+    is ('character', 'byte', 'token'), the unit of a report's bits per unit; ``encode(str)`` ->
+    (int32 ids [n], {input character: count} that cleaning changed, empty when nothing is cleaned);
+    ``separator``: the ids put between a prompt and its response (text8: one space); ``cleans``:
+    whether ``encode`` changes the text (a report then says it scores a cleaned text)."""
+
+    name: str
+    unit: str
+    encode: Callable[[str], tuple[np.ndarray, dict]]
+    separator: tuple[int, ...] = ()
+    cleans: bool = False
+
+
+def _text8_encode(text: str) -> tuple[np.ndarray, dict]:
+    c, changed = clean(text)
+    return text_data.encode(c).astype(np.int32), changed
+
+
+TEXT8 = Tokenizer("text8", "character", _text8_encode, separator=(text_data.VOCAB.index(" "),), cleans=True)
+
+
+def _tokens(texts, what: str, tokenizer: Tokenizer = TEXT8) -> tuple[list[np.ndarray], list[dict]]:
     if isinstance(texts, str):
         raise TypeError(f"{what}: expected a list of strings, got one string (wrap it in a list)")
     if texts is None or not hasattr(texts, "__iter__"):
@@ -166,40 +192,69 @@ def _tokens(texts, what: str) -> tuple[list[np.ndarray], list[dict]]:
     for i, t in enumerate(texts):
         if not isinstance(t, str):
             raise TypeError(f"{what}[{i}] is {type(t).__name__}, not a str")
-        c, ch = clean(t)
-        ids.append(text_data.encode(c).astype(np.int32))
+        x, ch = tokenizer.encode(t)
+        ids.append(np.asarray(x, np.int32))
         changed.append(ch)
     return ids, changed
 
 
-def _nonempty(ids, what):
+def encode_rows(texts, what: str, tokenizer: Tokenizer = TEXT8, nonempty: bool = True
+                ) -> tuple[list[np.ndarray], list[dict]]:
+    """Per text: int32 token ids by ``tokenizer`` and {input character: count} its cleaning
+    changed. Raises TypeError for anything but a list of strings, ValueError for an empty list or
+    (``nonempty``) a text with no tokens, naming ``what[i]``."""
+    ids, changed = _tokens(texts, what, tokenizer)
+    if nonempty:
+        _nonempty(ids, what, tokenizer)
+    return ids, changed
+
+
+def prompt_contexts(prompt_ids: list[np.ndarray], tokenizer: Tokenizer = TEXT8) -> list[np.ndarray]:
+    """The context of each response: its prompt's tokens and the tokenizer's separator (text8: one
+    space); an empty prompt: none."""
+    sep = np.asarray(tokenizer.separator, np.int32)
+    return [np.concatenate([p, sep]) if len(p) else p for p in prompt_ids]
+
+
+def _nonempty(ids, what, tokenizer: Tokenizer = TEXT8):
     for i, t in enumerate(ids):
         if len(t) == 0:
-            raise ValueError(f"{what}[{i}] is empty after cleaning to the text8 alphabet (a-z and space): "
-                             "nothing to score")
+            why = ("after cleaning to the text8 alphabet (a-z and space)" if tokenizer.name == "text8"
+                   else f"after {tokenizer.name} tokenization")
+            raise ValueError(f"{what}[{i}] is empty {why}: nothing to score")
 
 
 class Run:
-    """A trained text run (masked or SEDD) ready to score strings (:func:`load_run`).
+    """A trained text run (masked or SEDD) ready to score strings (:func:`load_run`), or an
+    external masked denoiser (:func:`infodiff.external.from_function`: ``workdir`` and
+    ``checkpoint_step`` None).
 
     Attributes: ``workdir``, ``config``, ``task``, ``denoiser``, ``process`` (the estimator),
-    ``seq_len`` (L), ``checkpoint_step``, ``checkpoint_sha256`` (its state's SHA-256 written at save), ``num_samples`` (per window, default
-    ``config.eval.input_samples``, else :data:`DEFAULT_INPUT_SAMPLES`), ``batch_size``; ``last_changed``: per row of the last call,
+    ``seq_len`` (L), ``checkpoint_step``, ``checkpoint_sha256`` (its state's SHA-256 written at save), ``num_samples``
+    (per window, default
+    ``config.eval.input_samples``, else :data:`DEFAULT_INPUT_SAMPLES`), ``batch_size``, ``tokenizer``
+    (how strings become ids, :class:`Tokenizer`: :data:`TEXT8` for the text configs); ``last_changed``: per row of the last call,
     {character: count} changed by cleaning; ``last_context``: per row, the prompt's tokens (with
     the joining space), of which ``Estimate.info['context_per_row']`` were seen. ``seed`` (every method) defaults to the run's
     ``eval.seed``, so the API and ``evaluate.py --config.eval.input=FILE`` give the same numbers.
     """
 
     def __init__(self, workdir, config, task, denoiser, process, checkpoint_step, num_samples, batch_size,
-                 max_samples=DEFAULT_MAX_SAMPLES, checkpoint_sha256=None):
+                 max_samples=DEFAULT_MAX_SAMPLES, tokenizer: Tokenizer = TEXT8, checkpoint_sha256=None):
+        self.tokenizer = tokenizer
         self.max_samples = int(max_samples)
         self.checkpoint_sha256 = checkpoint_sha256
         self.workdir, self.config, self.task, self.denoiser = workdir, config, task, denoiser
-        self.process, self.checkpoint_step = process, int(checkpoint_step)
+        self.process = process
+        self.checkpoint_step = None if checkpoint_step is None else int(checkpoint_step)
         self.seq_len = int(task.seq_len)
         self.num_samples, self.batch_size = int(num_samples), int(batch_size)
         self.last_changed: list = []
         self.last_context = None
+
+    def encode(self, text: str) -> np.ndarray:
+        """int32 token ids [n] of one string, as every method scores it (:class:`Tokenizer`)."""
+        return np.asarray(self.tokenizer.encode(text)[0], np.int32)
 
     def _key(self, seed):
         seed = self.config.eval.seed if seed is None else seed
@@ -229,21 +284,28 @@ class Run:
         while np.max(est.stderr) > float(target_se) and est.num_samples < cap:
             r += 1
             parts.append(draw(jax.random.fold_in(key, r), min(est.num_samples, cap - est.num_samples)))
-            est = _concat_samples(parts)
+            est = concat_rounds(parts)
         est.info.update(bound=bound, target_se=float(target_se),
                         target_se_reached=bool(np.max(est.stderr) <= float(target_se)), max_samples=cap)
         return est
 
+    def window_nll(self, win: Windows, num_rows: int, key, num_samples: int, *, batch_size: int | None = None,
+                   progress: bool = False) -> lk.Estimate:
+        """One draw of -log p per row (nats) from its windows (:func:`sum_windows`), S =
+        ``num_samples`` per window from ``key``; ``batch_size`` (default the run's) sets the
+        chunk layout, which with the key and the process fixes every draw (``likelihood.estimate``)."""
+        est = lk.nll(self.denoiser, win.x_WxL, key, process=self.process, num_samples=num_samples,
+                     batch_size=self.batch_size if batch_size is None else int(batch_size),
+                     target_BxL=win.target_WxL, pad_BxL=win.pad_WxL, progress=progress)
+        out = sum_windows(est, win.row_W, num_rows)
+        if win.context_R is not None:
+            out.info["context_per_row"] = win.context_R
+        return out
+
     def _nll_windows(self, win: Windows, num_rows: int, seed, num_samples, progress, target_se=None,
                      max_samples=None) -> lk.Estimate:
         def draw(key, S):
-            est = lk.nll(self.denoiser, win.x_WxL, key, process=self.process, num_samples=S,
-                         batch_size=self.batch_size, target_BxL=win.target_WxL, pad_BxL=win.pad_WxL,
-                         progress=progress)
-            out = sum_windows(est, win.row_W, num_rows)
-            if win.context_R is not None:
-                out.info["context_per_row"] = win.context_R
-            return out
+            return self.window_nll(win, num_rows, key, S, progress=progress)
 
         return self._until(draw, seed, num_samples, target_se, max_samples)
 
@@ -254,17 +316,16 @@ class Run:
         ``target_se`` (nats), samples are added in rounds until every row's SE is at most it or
         ``max_samples`` per window are spent (every method; ``info['target_se_reached']``).
         Raises TypeError for non-strings, ValueError for a text empty after cleaning."""
-        ids, self.last_changed = _tokens(texts, "texts")
-        _nonempty(ids, "texts")
+        ids, self.last_changed = _tokens(texts, "texts", self.tokenizer)
+        _nonempty(ids, "texts", self.tokenizer)
         return self._nll_windows(document_windows(ids, self.seq_len), len(ids), seed, num_samples, progress,
                                  target_se, max_samples)
 
     def _contexts(self, prompts, n):
-        p_ids, p_changed = _tokens(prompts, "prompts")
+        p_ids, p_changed = _tokens(prompts, "prompts", self.tokenizer)
         if len(p_ids) != n:
             raise ValueError(f"{len(p_ids)} prompts but {n} responses")
-        space = np.asarray([text_data.VOCAB.index(" ")], np.int32)
-        ctx = [np.concatenate([p, space]) if len(p) else p for p in p_ids]
+        ctx = prompt_contexts(p_ids, self.tokenizer)
         self.last_context = np.asarray([len(c) for c in ctx], np.int64)
         return ctx, p_changed
 
@@ -274,8 +335,8 @@ class Run:
         """-log p(response | prompt) per pair, nats per response (module docstring for long
         responses and prompts): the network's NELBO, ``info['bound'] == 'nelbo'``. Raises
         ValueError for unequal counts or an empty response."""
-        y, y_changed = _tokens(responses, "responses")
-        _nonempty(y, "responses")
+        y, y_changed = _tokens(responses, "responses", self.tokenizer)
+        _nonempty(y, "responses", self.tokenizer)
         ctx, p_changed = self._contexts(prompts, len(y))
         self.last_changed = [_merge(a, b) for a, b in zip(p_changed, y_changed)]
         return self._nll_windows(response_windows(ctx, y, self.seq_len), len(y), seed, num_samples, progress,
@@ -288,10 +349,10 @@ class Run:
         2510.24088 Eq. 18) or not: NELBO(b) - NELBO(a), ``info['bound'] == 'nelbo_difference'``
         (not a bound). a and b may differ in length: each is windowed as in
         :meth:`conditional_nll`, and pairs whose window counts differ are refused (ValueError)."""
-        ya, ca = _tokens(a, "a")
-        yb, cb = _tokens(b, "b")
-        _nonempty(ya, "a")
-        _nonempty(yb, "b")
+        ya, ca = _tokens(a, "a", self.tokenizer)
+        yb, cb = _tokens(b, "b", self.tokenizer)
+        _nonempty(ya, "a", self.tokenizer)
+        _nonempty(yb, "b", self.tokenizer)
         if len(ya) != len(yb):
             raise ValueError(f"{len(ya)} a-responses but {len(yb)} b-responses")
         ctx, pc = self._contexts(prompts, len(ya))
@@ -321,6 +382,17 @@ class Run:
         return self._until(draw, seed, num_samples, target_se, max_samples, bound="nelbo_difference")
 
 
+    def choose(self, prompts, choices, *, answers=None, confidence: float = 0.95, num_samples: int | None = None,
+               max_samples: int | None = None, adaptive: bool = True, coupled: bool = True, seed: int | None = None):
+        """The most likely option of each multiple-choice question, decided at ``confidence`` with
+        adaptive stopping and coupled options: :func:`infodiff.choices.choose` (a
+        :class:`infodiff.choices.Choices`)."""
+        from infodiff import choices as choices_lib
+
+        return choices_lib.choose(self, prompts, choices, answers=answers, confidence=confidence,
+                                  num_samples=num_samples, max_samples=max_samples, adaptive=adaptive,
+                                  coupled=coupled, seed=seed)
+
     # -- the model's own -log p over generation orders (infodiff/orders.py) --------------------
     def _interval_windows(self, win: Windows, num_rows: int, nelbo: lk.Estimate, seed, orders_, level, proposal,
                           progress):
@@ -344,8 +416,8 @@ class Run:
         with the same ``seed`` (or ``nelbo``, an Estimate of these rows already made). ``orders``
         K >= 2 per window and as many pilot orders.
         Raises ValueError for a run that is not masked diffusion, or bad settings."""
-        ids, self.last_changed = _tokens(texts, "texts")
-        _nonempty(ids, "texts")
+        ids, self.last_changed = _tokens(texts, "texts", self.tokenizer)
+        _nonempty(ids, "texts", self.tokenizer)
         self._check_interval(orders, level, proposal)
         win = document_windows(ids, self.seq_len)
         if nelbo is None:
@@ -357,8 +429,8 @@ class Run:
                                  nelbo: lk.Estimate | None = None):
         """:meth:`nll_interval` of -log p(response | prompt) per pair, over the windows of
         :meth:`conditional_nll`."""
-        y, y_changed = _tokens(responses, "responses")
-        _nonempty(y, "responses")
+        y, y_changed = _tokens(responses, "responses", self.tokenizer)
+        _nonempty(y, "responses", self.tokenizer)
         self._check_interval(orders, level, proposal)
         ctx, p_changed = self._contexts(prompts, len(y))
         self.last_changed = [_merge(a, b) for a, b in zip(p_changed, y_changed)]
@@ -370,9 +442,8 @@ class Run:
     def _check_interval(self, orders_, level, proposal):
         """ValueError, before any work: a run that is not masked diffusion, or bad settings."""
         from infodiff import orders as orders_lib
-        from infodiff.tasks.masked import MaskedTask
 
-        if not isinstance(self.task, MaskedTask):
+        if not hasattr(self.task, "order_model"):  # masked runs (MaskedTask, infodiff.external)
             raise ValueError(f"an NLL interval needs a masked-diffusion run; this run's process is "
                              f"{self.task.name!r}: SEDD networks do not define the any-order conditionals used here")
         if isinstance(orders_, bool) or not isinstance(orders_, (int, np.integer)) or orders_ < 2:
@@ -419,7 +490,7 @@ def sum_interval_windows(oi, row_W: np.ndarray, num_rows: int):
                       forward_passes=add(oi.forward_passes).astype(np.int64), best_order=None)
 
 
-def _concat_samples(parts: list[lk.Estimate]) -> lk.Estimate:
+def concat_rounds(parts: list[lk.Estimate]) -> lk.Estimate:
     """One Estimate of independent rounds of the same rows: samples side by side, passes added."""
     e = parts[-1]
     info = dict(e.info, forward_passes_per_row=sum(p.info["forward_passes_per_row"] for p in parts))
@@ -433,6 +504,18 @@ def _merge(a: dict, b: dict) -> dict:
     for k, v in b.items():
         out[k] = out.get(k, 0) + v
     return out
+
+
+def warn_few_samples(S, process, name: str) -> None:
+    """Check ``S`` samples per window (``name`` in messages); log a one-line warning below the
+    process's ``min_samples`` (the per-row SEs are then too small)."""
+    check_num_samples(S, name)
+    if int(S) < int(process.min_samples):
+        from absl import logging
+
+        logging.warning("%s=%d is below the %s estimator's min_samples=%d: the per-row SEs are too small "
+                        "(flagged few_samples); use at least %d", name, int(S), process.estimator,
+                        int(process.min_samples), int(process.min_samples))
 
 
 def load_run(workdir: str, *, estimator: str | None = None, num_samples: int | None = None,
@@ -469,17 +552,11 @@ def load_run(workdir: str, *, estimator: str | None = None, num_samples: int | N
     den = task.denoiser(params)
     S = num_samples if num_samples is not None else ev.get("input_samples", DEFAULT_INPUT_SAMPLES)
     name = "num_samples" if num_samples is not None else "config.eval.input_samples"
-    check_num_samples(S, name)
-    if int(S) < int(process.min_samples):
-        from absl import logging
-
-        logging.warning("%s=%d is below the %s estimator's min_samples=%d: the per-row SEs are too small "
-                        "(flagged few_samples); use at least %d", name, int(S), process.estimator,
-                        int(process.min_samples), int(process.min_samples))
+    warn_few_samples(S, process, name)
     cap = DEFAULT_MAX_SAMPLES
     if float(ev.get("target_se", 0.0) or 0.0) > 0:
         cap = int(ev.get("input_max_samples", DEFAULT_MAX_SAMPLES))
         if cap < S:
             raise ValueError(f"config.eval.input_max_samples={cap} is below config.eval.input_samples={S}")
     return Run(workdir, config, task, den, process, meta["step"], S, int(ev.batch_size), cap,
-               checkpoint_sha256=meta.get("state_sha256"))
+               tokenizer=getattr(task, "tokenizer", TEXT8), checkpoint_sha256=meta.get("state_sha256"))

@@ -10,6 +10,7 @@
   python evaluate.py --workdir runs/pois_digits                       # Poisson: nats / example, bits / dim
   python evaluate.py --config configs/oracle_poisson.py --config.data.distribution=zipf
   python evaluate.py --config configs/oracle_poisson.py --config.data.path=pmf.json   # {count: probability}
+  python evaluate.py --workdir W1 --compare W2 --config.eval.input=docs.txt   # two runs, paired difference
 
 Prints the table, then writes report.json (schema in docs/report.md) and report.txt into the
 workdir (or config.eval.output_dir in oracle mode; with eval.input W/scores/<file>/ with the
@@ -55,6 +56,7 @@ config_flags.DEFINE_config_file("config", None, "Experiment config file (default
 flags.DEFINE_string("workdir", None, "Training run directory (network mode).")
 flags.mark_flag_as_required("config")  # --workdir alone gives the run's saved config
 cli.define_distributed_flags()
+cli.define_compare_flag()
 
 
 def main(argv):
@@ -64,9 +66,10 @@ def main(argv):
     from infodiff import config_usage, evaluation, parallel, training  # one path for every process and mode
 
     training.quiet_library_logs()
-    config_usage.check_overrides(FLAGS.config, config_usage.override_keys(sys.argv), entry="evaluate")
+    config_usage.check_overrides(FLAGS.config, config_usage.override_keys(sys.argv),
+                                 entry="compare" if FLAGS.compare else "evaluate")
 
-    report, out_dir = evaluation.evaluate(FLAGS.config, FLAGS.workdir)
+    report, out_dir = evaluation.evaluate(FLAGS.config, FLAGS.workdir, FLAGS.compare)
     if not parallel.is_primary():
         return  # process 0 prints and writes the report
     print(evaluation.format_report(report))  # printed first: a failed write loses nothing

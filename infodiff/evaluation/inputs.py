@@ -36,7 +36,7 @@ from infodiff.validation import check_num_samples
 from infodiff.evaluation import intervals, plots
 from infodiff.evaluation import report as report_lib
 
-__all__ = ["read_input", "evaluate_input", "INPUT_UNITS"]
+__all__ = ["read_input", "evaluate_input", "INPUT_UNITS", "row_attachments", "row_errors", "sha256", "run_checkpoint"]
 
 INPUT_UNITS = ("line", "file")
 LN2 = math.log(2.0)
@@ -117,6 +117,12 @@ def read_input(path: str, unit: str = "line", notes: list | None = None) -> tupl
                          "document per line) or .jsonl ({\"prompt\", \"response\"} or {\"prompt\", \"a\", \"b\"})")
     if unit != "line":
         raise ValueError("config.eval.input_unit='file' applies to .txt inputs only")
+    from infodiff.config_rules import is_choices_file
+
+    if is_choices_file(path):
+        from infodiff.evaluation import choices as choices_eval
+
+        return choices_eval.read_choices(path, lines)
     kind, ids, cols = None, [], {}
     seen, line_of = {}, []
     for i, line in enumerate(lines, 1):
@@ -161,7 +167,7 @@ def _out_dir(workdir: str, path: str) -> str:
     return os.path.join(workdir, "scores", os.path.basename(path))
 
 
-def _sha256(path):
+def sha256(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -169,7 +175,7 @@ def _sha256(path):
     return h.hexdigest()
 
 
-def _row_errors(fn, ids):
+def row_errors(fn, ids):
     """Re-raise a scoring ValueError about row i (texts[3], a[0], ...) naming the row's id."""
     import re
 
@@ -244,29 +250,30 @@ def _evaluate_counts(config, workdir, t0) -> tuple[dict, str]:
     return rep, out_dir
 
 
+def run_checkpoint(run) -> dict | None:
+    """``{"step", "state_sha256"}`` of the checkpoint a :class:`scoring.Run` scores with (its
+    report's ``provenance.checkpoint``); None for an external denoiser (no checkpoint)."""
+    if run.checkpoint_step is None:
+        return None
+    return {"step": run.checkpoint_step, "state_sha256": run.checkpoint_sha256}
+
+
 def _report(config, kind, quantity, units, bound, path, n_rows, workdir, checkpoint, model_length, est, summary,
             process_info, cleaning, rows, out_dir, t0, interval=report_lib.ABSENT, figures=()) -> dict:
     """The input report; ``checkpoint``: :func:`provenance.checkpoint_info` of the checkpoint
-    scored with; ``figures``: more (file name, draw(binary file)) beside rows.png."""
+    scored with (None for an external denoiser); ``figures``: more (file name, draw(binary file))
+    beside rows.png."""
     ev = config.eval
-    sha = _sha256(path)
-    attachments = _rows_files(rows)
-    plot_notes = []
-    figures = [("rows.png", lambda buf: plots.input_rows_png(buf, rows, kind, quantity,
-                                                             units.get("bits", "bits per character"))), *figures]
-    for name, draw in figures:
-        buf = io.BytesIO()
-        try:
-            draw(buf)
-            attachments[name] = buf.getvalue()
-        except (OSError, ValueError) as e:
-            plot_notes.append(f"{name} not drawn: {e}")
+    sha = sha256(path)
+    attachments, plot_notes = row_attachments(rows, [
+        ("rows.png", lambda buf: plots.input_rows_png(buf, rows, kind, quantity, units.get("bits", "bits per character"))),
+        *figures])
     files = [os.path.join(out_dir, name) for name in attachments]
     rep = report_lib.InputReport(
         quantity=quantity, bound=bound, process=process_info, units=units,
         input={"path": os.path.abspath(path), "sha256": sha, "format": kind,
                "unit": str(ev.get("input_unit", "line")), "rows": n_rows},
-        workdir=os.path.abspath(workdir), checkpoint_step=checkpoint["step"],
+        workdir=os.path.abspath(workdir), checkpoint_step=None if checkpoint is None else checkpoint["step"],
         params="ema" if bool(ev.use_ema) else "raw", model_length=model_length,
         estimator=est.estimator, infinite_variance=bool(est.infinite_variance),
         num_samples_per_window=int(est.num_samples),
@@ -303,6 +310,8 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
     kind, ids, cols = read_input(path, str(ev.input_unit), notes=read_notes)
     run = scoring.load_run(workdir, config=config)
     order = run.task.order_settings() if hasattr(run.task, "order_settings") else None
+    if kind == "choices":
+        return _evaluate_choices(config, workdir, t0, path, ids, cols, run, order, read_notes)
     if order and order["interval"] and kind == "ratios":
         raise ValueError(f"config.eval.interval=True: {path} holds ratios ({{prompt, a, b}}), which get no interval "
                          "(a difference of two -log p); drop --config.eval.interval or score a and b as pairs")
@@ -312,16 +321,16 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
     if tse is not None and tse < 0:
         raise ValueError(f"config.eval.target_se={ev.target_se} must be >= 0 (0: a fixed budget)")
     if kind == "text":
-        est = _row_errors(lambda: run.nll(cols["text"], progress=True, target_se=tse), ids)
+        est = row_errors(lambda: run.nll(cols["text"], progress=True, target_se=tse), ids)
         chars = np.array([len(scoring.clean(t)[0]) for t in cols["text"]])
         summary = _totals(est, chars)
     elif kind == "pairs":
-        est = _row_errors(lambda: run.conditional_nll(cols["prompt"], cols["response"], progress=True,
+        est = row_errors(lambda: run.conditional_nll(cols["prompt"], cols["response"], progress=True,
                                                       target_se=tse), ids)
         chars = np.array([len(scoring.clean(t)[0]) for t in cols["response"]])
         summary = _totals(est, chars)
     else:
-        est = _row_errors(lambda: run.log_ratio(cols["prompt"], cols["a"], cols["b"], coupled=True, target_se=tse), ids)
+        est = row_errors(lambda: run.log_ratio(cols["prompt"], cols["a"], cols["b"], coupled=True, target_se=tse), ids)
         dec = run.log_ratio(cols["prompt"], cols["a"], cols["b"], coupled=False, num_samples=est.num_samples)
         chars = None
         ratio = dec.stderr / np.where(est.stderr > 0, est.stderr, np.nan)
@@ -367,7 +376,7 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
         unseen = [r["id"] for r in rows if r["prompt_chars"] > 0 and r["context_chars"] == 0]
         summary.update(rows_prompt_cut=len(cut), rows_prompt_unseen=len(unseen))
     rep = _report(config, kind, quantity, {"item": "row", "nll": "nats per row"}, est.info["bound"], path, len(ids), workdir,
-                  {"step": run.checkpoint_step, "state_sha256": run.checkpoint_sha256}, run.seq_len, est, summary, run.task.process_info(run.process), cleaning,
+                  run_checkpoint(run), run.seq_len, est, summary, run.task.process_info(run.process), cleaning,
                   rows, out_dir, t0, **({} if oi is None else {
                       "interval": intervals.block(oi, chars, t_interval, count="rows", nelbo_total_stderr=est.total()[1]),
                       "figures": [("intervals.png", lambda buf: plots.intervals_png(buf, rows, quantity, oi.level))]}))
@@ -389,6 +398,38 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
     return rep, out_dir
 
 
+def _evaluate_choices(config, workdir, t0, path, ids, cols, run, order, read_notes) -> tuple[dict, str]:
+    """A multiple-choice file (:mod:`infodiff.evaluation.choices`)."""
+    from infodiff.evaluation import choices as choices_eval
+
+    if order and order["interval"]:
+        raise ValueError(f"config.eval.interval=True: {path} holds multiple-choice questions, which get no interval; "
+                         "drop --config.eval.interval")
+    res, rows, summary = choices_eval.evaluate_choices(config, ids, cols, run, row_errors)
+    changed = run.last_changed
+    all_changed: dict = {}
+    for c in changed:
+        for k, v in c.items():
+            all_changed[k] = all_changed.get(k, 0) + v
+    cleaning = {"rules": "text8 (infodiff.data.text.CLEANING_RULES)",
+                "rows_changed": int(sum(1 for c in changed if c)), "characters": all_changed}
+    out_dir = _out_dir(workdir, path)
+    rep = _report(config, "choices", "argmin over options of -log p(option | prompt), coupled; value: the margin "
+                  "-log p(runner-up) + log p(choice)", {"item": "question", "nll": "nats per question"},
+                  "nelbo_difference", path, len(ids), workdir, run_checkpoint(run), run.seq_len,
+                  choices_eval.estimate_view(res, run.process), summary, run.task.process_info(run.process), cleaning,
+                  rows, out_dir, t0)
+    if read_notes:
+        rep.setdefault("notes", []).extend(read_notes)
+    undecided = [r["id"] for r in rows if not r["decided"]]
+    if undecided:
+        rep.setdefault("notes", []).append(
+            f"{len(undecided)} of {len(rows)} questions not decided at confidence {res.confidence} within "
+            f"{res.max_samples} samples per option (config.eval.choice_max_samples): their choice is the current "
+            f"best; ids {', '.join(undecided[:10])}{', ...' if len(undecided) > 10 else ''}")
+    return rep, out_dir
+
+
 # The scorer of each input format (infodiff.tasks.INPUT_FORMATS: a registration's input_format).
 _SCORERS = {"text": _evaluate_text, "counts": _evaluate_counts}
 
@@ -398,6 +439,20 @@ def _totals(est, chars) -> dict:
     n = int(chars.sum())
     return {"total_nats": total, "total_stderr": total_se, "mean_nll_per_row": float(est.mean.mean()),
             "characters": n, "bits_per_char": total / (n * LN2), "bits_per_char_stderr": total_se / (n * LN2)}
+
+
+def row_attachments(rows: list[dict], figures) -> tuple[dict, list[str]]:
+    """({file name: bytes} of rows.jsonl, rows.csv and the ``figures`` [(name, draw(binary file))]
+    that could be drawn, [why each other figure was not drawn])."""
+    attachments, notes = _rows_files(rows), []
+    for name, draw in figures:
+        buf = io.BytesIO()
+        try:
+            draw(buf)
+            attachments[name] = buf.getvalue()
+        except (OSError, ValueError) as e:
+            notes.append(f"{name} not drawn: {e}")
+    return attachments, notes
 
 
 def _rows_files(rows: list[dict]) -> dict:

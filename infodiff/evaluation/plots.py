@@ -9,7 +9,7 @@ import os
 import numpy as np
 
 __all__ = ["FIGURES", "count_samples_png", "training_curves", "training_curves_png", "input_rows_png", "intervals_png",
-           "oracle_estimates_png"]
+           "oracle_estimates_png", "compare_rows_png"]
 
 # Labels of the bits metric a task logs (Task.metric) when the report's units are not given.
 _BITS_UNITS = {"bpc": {"nll": "nats per sequence", "bits": "bits per character"},
@@ -261,7 +261,30 @@ def input_rows_png(path, rows: list[dict], kind: str, quantity: str, bits: str =
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     v = np.array([r["value"] for r in rows])
     se = np.array([r["se"] for r in rows])
-    if kind in ("text", "pairs", "counts"):
+    if kind == "choices":
+        order = np.argsort(v)
+        ok = np.array([r.get("correct", True) for r in rows])[order]
+        dec = np.array([r["decided"] for r in rows])[order]
+        i = np.arange(len(rows))
+        for sel, color, label in ((ok & dec, "C0", "decided"), (ok & ~dec, "C1", "not decided")):
+            axes[0].errorbar(i[sel], v[order][sel], yerr=2 * se[order][sel], fmt="o", ms=3, capsize=2, color=color,
+                             label=label + (", correct" if "correct" in rows[0] else ""))
+        if "correct" in rows[0]:
+            for sel, color, label in ((~ok & dec, "C3", "decided, wrong"), (~ok & ~dec, "C4", "not decided, wrong")):
+                axes[0].errorbar(i[sel], v[order][sel], yerr=2 * se[order][sel], fmt="x", ms=4, capsize=2,
+                                 color=color, label=label)
+        axes[0].axhline(0.0, color="grey", lw=0.8)
+        axes[0].set_yscale("symlog", linthresh=1.0)
+        axes[0].set_xlabel("question (sorted by margin)")
+        axes[0].set_ylabel("margin over the runner-up (nats) ± 2 SE")
+        axes[0].legend(fontsize=8)
+        axes[0].set_title(f"{len(rows)} questions; decided: {np.mean(dec):.0%}")
+        fp = np.array([r["forward_passes"] for r in rows])
+        axes[1].hist(fp, bins=np.unique(fp).size if np.unique(fp).size < 30 else 30, color="C2", edgecolor="white")
+        axes[1].set_xlabel("forward passes per question (all options)")
+        axes[1].set_ylabel("questions")
+        axes[1].set_title(f"adaptive stopping: mean {fp.mean():.0f} passes")
+    elif kind in ("text", "pairs", "counts"):
         bpc = np.array([r["bits_per_dim" if kind == "counts" else "bits_per_char"] for r in rows])
         axes[0].hist(bpc, bins=min(30, max(5, len(rows) // 2)), color="C0", edgecolor="white")
         axes[0].set_xlabel(bits)
@@ -291,11 +314,43 @@ def input_rows_png(path, rows: list[dict], kind: str, quantity: str, bits: str =
         axes[1].set_title("what the coupling saves")
     from matplotlib.ticker import MaxNLocator
 
-    hist = axes[0] if kind != "ratios" else axes[1]
+    hist = axes[0] if kind not in ("ratios", "choices") else axes[1]
     hist.yaxis.set_major_locator(MaxNLocator(integer=True))  # row counts
     if kind == "ratios" and len(rows) <= 30:
         axes[0].set_xticks(np.arange(len(rows)), [str(r["id"]) for r in rows], rotation=90, fontsize=7)
         axes[0].set_xlabel("row id")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def compare_rows_png(path, rows: list[dict]) -> None:
+    """The rows of a comparison of two runs (:mod:`infodiff.evaluation.comparison`; ``path`` a
+    file name or a binary file object): each row's difference -log p_a - (-log p_b) +- 2 paired
+    SE, the unpaired +- 2 SE beside it (nats), and a histogram of unpaired / paired SE per row."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4), gridspec_kw={"width_ratios": [3, 1]})
+    i = np.arange(len(rows))
+    d = np.array([r["difference"] for r in rows])
+    sp = np.array([r["se_paired"] for r in rows])
+    su = np.array([r["se_unpaired"] for r in rows])
+    axes[0].errorbar(i + 0.2, d, yerr=2 * su, fmt="none", capsize=0, color="C1", alpha=0.5, label="± 2 SE unpaired")
+    axes[0].errorbar(i, d, yerr=2 * sp, fmt="o", ms=3, capsize=2, color="C0", label="± 2 SE paired")
+    axes[0].axhline(0.0, color="grey", lw=0.8)
+    axes[0].set_xlabel("row")
+    axes[0].set_ylabel("-log p_a - (-log p_b) (nats)")
+    axes[0].set_title(f"{len(rows)} rows; total {d.sum():+.2f} nats")
+    axes[0].legend()
+    ratio = su / np.where(sp > 0, sp, np.nan)
+    if np.isfinite(ratio).any():
+        axes[1].hist(ratio[np.isfinite(ratio)], bins=min(30, max(5, len(rows) // 2)), color="C2", edgecolor="white")
+    axes[1].set_xlabel("SE unpaired / SE paired")
+    axes[1].set_ylabel("rows")
+    axes[1].set_title("what the pairing saves")
+    from matplotlib.ticker import MaxNLocator
+
+    axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))  # row counts
     for ax in axes:
         ax.grid(alpha=0.3)
     fig.tight_layout()

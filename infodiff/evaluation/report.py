@@ -60,10 +60,14 @@ BOUNDS = {
              "own -log p; equal to it only for an exact denoiser",
     "nelbo_difference": "a log-ratio log p(a | prompt) - log p(b | prompt) estimated as NELBO(b) - NELBO(a): a "
                         "difference of two upper bounds, itself neither an upper nor a lower bound",
+    "model_difference": "NELBO_a(x) - NELBO_b(x) of two trained runs on the same row (evaluate.py --compare): a "
+                        "difference of two upper bounds, each on its own network's -log p, itself neither an upper nor "
+                        "a lower bound",
 }
 # report.txt's name of each kind of number (the label of its row; before the comma: its short name).
 BOUND_LABELS = {"exact": "NLL, exact (oracle denoiser)", "nelbo": "NELBO, upper bound on NLL",
-                "nelbo_difference": "difference of two NELBOs, not a bound"}
+                "nelbo_difference": "difference of two NELBOs, not a bound",
+                "model_difference": "difference of two runs' NELBOs, not a bound"}
 assert set(BOUND_LABELS) == set(BOUNDS)
 
 
@@ -342,8 +346,9 @@ class Head(Schema):
     KIND: ClassVar[str] = ""
     version: int = key("the schema version, `2`", default=REPORT_VERSION, init=False, text=Shown("title"))
     kind: str = key("`network` (a trained run on a split, `eval.mode = \"network\"`), `oracle` (estimators with an "
-                    "exact denoiser against exact values, `eval.mode = \"oracle\"`) or `input` (a user's file scored "
-                    "with a trained run, `eval.input`)", default="", init=False, text=Shown("title"))
+                    "exact denoiser against exact values, `eval.mode = \"oracle\"`), `input` (a user's file scored "
+                    "with a trained run, `eval.input`) or `compare` (a user's file scored with two runs, "
+                    "`evaluate.py --compare`)", default="", init=False, text=Shown("title"))
     process: dict = key("`name` (`masked`, `sedd`, `poisson`) and its settings. Network and input mode: masked "
                         "`schedule`, `eps`, `objective`; SEDD `graph`, `score_param`, `lambda_sampling`, `lam_max`; "
                         "Poisson `sampler` (the log-SNR law of the estimate), `proposal` (loc, scale, clip), "
@@ -372,7 +377,8 @@ class Provenance(Schema):
                       "from `metrics.jsonl` again only when it changed. Oracle mode: `estimates.png`, each "
                       "estimator's mean estimate minus the exact mean ± 2 SE per section, exact rows as squares. "
                       "Input mode: `rows.png` (histogram of bits per character and NLL ± 2 SE per row; ratios: "
-                      "coupled and decoupled ± 2 SE per row and the SE ratio)",
+                      "coupled and decoupled ± 2 SE per row and the SE ratio). Compare mode: `rows.png` (each row's difference ± 2 "
+                      "paired SE, the unpaired ± 2 SE beside it, and the SE ratios)",
                       text=Lines(lambda r: [f"plot: {p}" for p in r["plots"]]))
     experiment: str = key("the config's `experiment` name")
     seed: int = key("the evaluation seed (`eval.seed`)")
@@ -385,7 +391,8 @@ class Provenance(Schema):
     provenance: dict = key("what made the report (infodiff/provenance.py): `packages` (versions of jax, jaxlib, flax, "
                            "optax, orbax-checkpoint, numpy, scipy, ml-collections, infodiff), `python`, `host`, "
                            "`devices` (`platform`, `kind`, `count`), `processes`, `checkpoint` (`step`, "
-                           "`state_sha256`: the SHA-256 of its state's arrays written at save; null in oracle mode), "
+                           "`state_sha256`: the SHA-256 of its state's arrays written at save; null in oracle mode and for an "
+                           "external denoiser; `--compare`: `{a, b}`), "
                            "`data` (the split's `sha256` or the input or table file's; null for generated data), "
                            "`argv`, `git` (`revision`, `dirty`; 'not a git checkout' when installed)")
 
@@ -768,10 +775,33 @@ class InputRow(Schema):
                           required=False)
     exact: bool = key("with `eval.interval`: every window computed by the exact subset recursion", required=False)
     interval_forward_passes: int = key("with `eval.interval`: denoiser evaluations of the interval", required=False)
+    options: int = key("choices: the question's number of options", required=False)
+    choice: int = key("choices: the chosen option (smallest −log p), 0-based", required=False)
+    runner_up: int = key("choices: the next option; `value` ± `se` is its margin −log p(runner-up) + log p(choice)",
+                         required=False)
+    decided: bool = key("choices: the choice beat every rival at `eval.choice_confidence` (Bonferroni over rivals "
+                        "and rounds)", required=False)
+    p_flip: float = key("choices: the probability that more samples would change the choice", required=False)
+    rounds: int = key("choices: adaptive rounds drawn", required=False)
+    option_nll: list = key("choices: −log p(option | prompt) of every option (NELBO)", unit="nats", required=False)
+    option_se: list = key("choices: their standard errors", unit="nats", required=False)
+    answer: int = key("choices with answers: the right option", required=False)
+    correct: bool = key("choices with answers: `choice` = `answer`", required=False)
 
 
 def _input_summary_rows(r) -> list:
     s, fmt = r["summary"], r["input"]["format"]
+    if fmt == "choices":
+        out = [("questions", f"{s['questions']}, {s['fraction_decided']:.1%} decided at confidence {s['confidence']}"),
+               ("forward passes per question", f"mean {s['forward_passes_per_question_mean']:.1f}, median "
+                f"{s['forward_passes_per_question_median']:.0f}, max {s['forward_passes_per_question_max']} "
+                f"({'adaptive' if s['adaptive'] else 'fixed'}, {s['first_samples']} to {s['max_samples']} samples per "
+                f"option, {'coupled' if s['coupled'] else 'decoupled'} options)"),
+               ("expected flips", f"{s['expected_flips']:.3g} questions (would change with unlimited samples)")]
+        if "accuracy" in s:
+            out.insert(0, ("accuracy", f"{s['accuracy']:.4f} ± {s['accuracy_stderr']:.4f} (questions) "
+                                       f"± {s['accuracy_mc_stderr']:.4f} (Monte Carlo)"))
+        return out
     if fmt == "ratios":
         return [("mean log-ratio", f"{s['mean_log_ratio']:+.4f} ± {s['mean_log_ratio_stderr']:.4f}"),
                 ("resolved at 2 SE", f"{s['fraction_resolved_2se']:.0%} coupled, "
@@ -798,6 +828,10 @@ def _preview_lines(r) -> list[str]:
     if fmt == "counts":
         hdr = ["row", f"{name} (nats)", "SE", "bits/dim"]
         body = [[p["id"], f"{p['value']:.3f}", f"{p['se']:.3f}", f"{p['bits_per_dim']:.4f}"] for p in prev]
+    elif fmt == "choices":
+        hdr = ["id", "choice", "answer", "margin (nats)", "SE", "decided", "p_flip", "passes"]
+        body = [[p["id"], p["choice"], p.get("answer", "-"), f"{p['value']:.3f}", f"{p['se']:.3f}",
+                 "yes" if p["decided"] else "no", f"{p['p_flip']:.2g}", p["forward_passes"]] for p in prev]
     elif fmt == "ratios":
         hdr = ["id", "log-ratio", "SE", "SE decoupled", "resolved", "windows"]
         body = [[p["id"], f"{p['value']:+.3f}", f"{p['se']:.3f}", f"{p['se_decoupled']:.3f}",
@@ -817,7 +851,8 @@ class InputReport(Provenance, PerRowSE, Head):
     KIND: ClassVar[str] = "input"
     TITLE: ClassVar[str] = "infodiff input report"
     TEXT: ClassVar[dict] = {"se_method": row("SE method", _input_se), "plots": Shown("files")}
-    input: dict = key("`path`, `sha256`, `format` (`text`, `pairs`, `ratios`; a Poisson run's `counts`), `unit` "
+    input: dict = key("`path`, `sha256`, `format` (`text`, `pairs`, `ratios`, `choices`; a Poisson run's `counts`), "
+                      "`unit` "
                       "(`eval.input_unit`), `rows`", text=row("input", lambda r: (
                           f"{r['input']['path']} ({r['input']['format']}, {r['input']['rows']} rows)")))
     quantity: str = key("`-log p(document)`, `-log p(response | prompt)`, the coupled `log p(a | prompt) - "
@@ -841,7 +876,11 @@ class InputReport(Provenance, PerRowSE, Head):
                         "`mean_log_ratio_stderr`), `fraction_resolved_2se` (coupled and `_decoupled`), "
                         "`fraction_a_more_likely`, `se_ratio_decoupled_over_coupled_median`; pairs and ratios: "
                         "`rows_prompt_cut` (rows that saw only the end of their prompt), `rows_prompt_unseen` (saw "
-                        "none of it)", unit="nats", text=Rows(_input_summary_rows))
+                        "none of it); choices: `questions`, `fraction_decided`, `forward_passes_per_question_mean` "
+                        "(`_median`, `_max`), `samples_per_option_mean`, `expected_flips` (the sum of `p_flip`), "
+                        "`confidence`, `adaptive`, `coupled`, `first_samples`, `max_samples`, `estimator` and with "
+                        "answers `accuracy`, `accuracy_stderr` (from the sample of questions, lm-eval's) and "
+                        "`accuracy_mc_stderr` (Monte Carlo: sqrt(sum p_flip (1 - p_flip)) / questions)", unit="nats", text=Rows(_input_summary_rows))
     cleaning: dict = key("text runs: `rules`, `rows_changed`, `characters` ({character: count} outside a-z and "
                          "space, changed by the text8 cleaning)", required=False,
                          text=row("cleaned (text8 rules)", _cleaning_row))
@@ -868,7 +907,116 @@ class InputReport(Provenance, PerRowSE, Head):
     plot_notes: list = key(_plot_notes_doc, required=False, text=_notes("note", "plot_notes"))
 
 
-KINDS = {s.KIND: s for s in (NetworkReport, OracleReport, InputReport)}
+# -- compare ---------------------------------------------------------------------------------------
+@dataclasses.dataclass(kw_only=True)
+class CompareRow(Schema):
+    """One row of a comparison (rows.jsonl, rows.csv, a compare report's ``rows_preview``)."""
+
+    id: str = key("the row's id (the line number, or the jsonl `id`)")
+    nll_a: float = key("−log p of the row under run a (its NELBO)", unit="nats")
+    se_a: float = key("its standard error", unit="nats")
+    nll_b: float = key("−log p of the row under run b (its NELBO)", unit="nats")
+    se_b: float = key("its standard error", unit="nats")
+    difference: float = key("`nll_a` − `nll_b` (> 0: run b gives the row more probability)", unit="nats")
+    se_paired: float = key("the SE of the per-sample differences (shared draws); `se_unpaired` when not coupled",
+                           unit="nats")
+    se_unpaired: float = key("sqrt(`se_a`² + `se_b`²): the SE of two independent evaluations", unit="nats")
+    resolved_2se: bool = key("|`difference`| > 2 `se_paired`")
+    samples: int = key("Monte Carlo samples per window (each run)")
+    windows_a: int = key("windows of run a's length the row was cut into")
+    windows_b: int = key("windows of run b's length")
+    forward_passes: int = key("denoiser evaluations for the row, both runs")
+    changed_chars: int = key("characters changed by the text8 cleaning (prompt and response for pairs)")
+    chars: int = key("characters scored (the response for pairs)")
+
+
+def _run_row(side: str) -> Rows:
+    def render(r):
+        x = r["runs"][side]
+        return [(f"run {side}", f"{x['workdir']}: step {x['checkpoint_step']} ({x['params']} params), L {x['model_length']}, "
+                                f"{x['estimator']}")]
+    return Rows(render)
+
+
+def _compare_summary_rows(r) -> list:
+    s = r["summary"]
+    ratio = s["se_ratio_unpaired_over_paired"]
+    med = s["se_ratio_unpaired_over_paired_median"]
+    return [("total difference (nats)", f"{s['total_difference']:+.3f} ± {s['total_stderr_paired']:.3f} paired "
+                                        f"(± {s['total_stderr_unpaired']:.3f} unpaired)"),
+            ("SE unpaired / paired", ("n/a (paired SE 0)" if ratio is None or not math.isfinite(ratio) else
+                                      f"{ratio:.2f} total") + ("" if med is None or not math.isfinite(med) else
+                                                               f", {med:.2f} median per row")),
+            ("total -log p a / b (nats)", f"{s['total_nll_a']:.3f} ± {s['total_nll_a_stderr']:.3f} / "
+                                          f"{s['total_nll_b']:.3f} ± {s['total_nll_b_stderr']:.3f}"),
+            ("rows", f"{s['rows']}; resolved at 2 SE {s['fraction_resolved_2se']:.0%}, b more likely "
+                     f"{s['fraction_b_more_likely']:.0%}")]
+
+
+def _compare_preview(r) -> list[str]:
+    prev = r["rows_preview"]
+    hdr = ["id", "-log p a", "-log p b", "difference", "SE paired", "SE unpaired", "chars"]
+    body = [[p["id"], f"{p['nll_a']:.3f}", f"{p['nll_b']:.3f}", f"{p['difference']:+.3f}", f"{p['se_paired']:.3f}",
+             f"{p['se_unpaired']:.3f}", p["chars"]] for p in prev]
+    return ["", f"first {len(prev)} of {r['input']['rows']} rows (nats):", table(hdr, body)]
+
+
+@dataclasses.dataclass(kw_only=True)
+class CompareReport(Provenance, PerRowSE, Head):
+    """A user's file scored with two runs and their per-row difference with a paired SE
+    (``evaluate.py --workdir W1 --compare W2 --config.eval.input=F``, docs/scoring.md); written to
+    ``W1/scores/<file name>.vs.<W2's name>/`` with rows.jsonl, rows.csv and rows.png. SE fields:
+    the paired difference's (run a's when not coupled)."""
+
+    KIND: ClassVar[str] = "compare"
+    TITLE: ClassVar[str] = "infodiff comparison report"
+    TEXT: ClassVar[dict] = {"se_method": row("SE method", _input_se), "plots": Shown("files")}
+    input: dict = key("`path`, `sha256`, `format` (`text` or `pairs`), `unit` (`eval.input_unit`), `rows`",
+                      text=row("input", lambda r: (
+                          f"{r['input']['path']} ({r['input']['format']}, {r['input']['rows']} rows)")))
+    quantity: str = key("`-log p_a(document) - (-log p_b(document))` or the same of `-log p(response | prompt)`",
+                        text=row("quantity", lambda r: f"{r['quantity']}, {r['units']['nll']}; {_bound_label(r)}"))
+    bound: str = key(_bound_doc("model_difference"), text=Shown("quantity"))
+    runs: dict = key("`a` (`--workdir`) and `b` (`--compare`), each: `workdir`, `checkpoint_step`, `params` (`ema` or "
+                     "`raw`), `model_length`, `estimator`, `process`",
+                     text=Rows(lambda r: _run_row("a").render(r) + _run_row("b").render(r)))
+    coupling: dict = key("`coupled` (both runs drew the same noise: same process family and estimator, same L), "
+                         "`why_not` (empty when coupled), `same_noise` (the processes are equal: identical masks and "
+                         "times), `batch_size` (run a's `eval.batch_size`, the chunk layout of both)",
+                         text=row("coupling", lambda r: (
+                             ("paired: same windows, key, samples and chunk layout"
+                              + (" (identical noise)" if r["coupling"]["same_noise"] else
+                                 " (same random numbers, different noise laws)"))
+                             if r["coupling"]["coupled"] else f"independent draws: {r['coupling']['why_not']}")))
+    num_samples_per_window: int = key("Monte Carlo samples per window of each run (`eval.input_samples`, the "
+                                      "larger of the two runs')",
+                                      text=row("samples per window", lambda r: r["num_samples_per_window"]))
+    infinite_variance: bool = key("true for lambda_dce: SEs unreliable", text=Shown("se_method"))
+    forward_passes: int = key("total denoiser evaluations, both runs",
+                              text=row("forward passes", lambda r: r["forward_passes"]))
+    summary: dict = key("`total_difference` (Σ rows) ± `total_stderr_paired` (pooled per-sample differences) and "
+                        "`total_stderr_unpaired` (sqrt of the runs' squared total SEs), "
+                        "`se_ratio_unpaired_over_paired` (of the totals; null when the paired SE is 0) and its "
+                        "`_median` over rows, `total_nll_a` ± `total_nll_a_stderr`, `total_nll_b` ± "
+                        "`total_nll_b_stderr`, `fraction_resolved_2se`, `fraction_b_more_likely`, `rows`",
+                        unit="nats", text=Rows(_compare_summary_rows))
+    cleaning: dict = key("`rules`, `rows_changed`, `characters` ({character: count} changed by the text8 cleaning)",
+                         text=row("cleaned (text8 rules)", _cleaning_row))
+    target: dict = key("with `eval.target_se` > 0 only: `target_se` (nats, every row's paired SE), `reached`, "
+                       "`max_samples_per_window`", required=False, text=row("target SE", lambda r: (
+                           f"{r['target']['target_se']:.4g} nats (paired), "
+                           + ("reached by every row" if r["target"]["reached"] else "NOT reached by every row")
+                           + f" (at most {r['target']['max_samples_per_window']} samples per window)")))
+    rows_preview: list = key("the first 10 rows of `rows.jsonl` (the table `CompareRow`)",
+                             text=Lines(_compare_preview), rows=_each(CompareRow))
+    notes: list = key("e.g. why the runs could not share draws, or a `target_se` not reached", required=False,
+                      text=_notes("note", "notes"))
+    files: list = key("the files written with the report (rows.jsonl, rows.csv, rows.png: each row's difference ± 2 "
+                      "paired SE, the unpaired ± 2 SE beside it)", text=_notes("file", "files"))
+    plot_notes: list = key(_plot_notes_doc, required=False, text=_notes("note", "plot_notes"))
+
+
+KINDS = {s.KIND: s for s in (NetworkReport, OracleReport, InputReport, CompareReport)}
 
 
 def _names(schema, parts=(), required=True) -> tuple:
@@ -926,7 +1074,7 @@ def check_report(report: dict, schema=None, where: str = "") -> list[str]:
 
 # docs/report.md: each table between <!-- schema:NAME --> and <!-- /schema:NAME -->.
 DOC_TABLES = {"common": (Head, Provenance), "network": (NetworkReport,), "input": (InputReport,),
-              "input_row": (InputRow,), "oracle": (OracleReport,), "oracle_results": (OracleResults, RatioPair,
+              "input_row": (InputRow,), "compare": (CompareReport,), "compare_row": (CompareRow,), "oracle": (OracleReport,), "oracle_results": (OracleResults, RatioPair,
                                                                                         SamplerCheck),
               "oracle_row": (OracleRow,), "se_calibration": (SECalibration,)}
 

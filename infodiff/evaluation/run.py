@@ -222,9 +222,10 @@ def evaluate_oracle(config: ml_collections.ConfigDict) -> dict:
         **report_lib.common(config, int(ev.seed), t0)).to_dict()
 
 
-def evaluate(config: ml_collections.ConfigDict, workdir: str | None) -> tuple[dict, str]:
+def evaluate(config: ml_collections.ConfigDict, workdir: str | None, compare: str | None = None) -> tuple[dict, str]:
     """``eval.mode`` 'network' (needs ``workdir``; with ``eval.input`` a user's file, written to
-    ``workdir/scores/<stem>/``) or 'oracle' (writes to ``eval.output_dir``).
+    ``workdir/scores/<stem>/``; with ``compare`` another run's workdir, the file scored by both,
+    :mod:`infodiff.evaluation.comparison`) or 'oracle' (writes to ``eval.output_dir``).
     Returns (report, output directory). Raises ValueError for an unknown mode or a missing
     workdir.
 
@@ -232,13 +233,15 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str | None) -> tuple[di
     call are split over all of them (:func:`infodiff.parallel.rows_mesh`): the same draws,
     the single-device numbers to float rounding; figures are drawn by process 0 only."""
     with parallel.rows_mesh(training.make_mesh()):
-        return _evaluate(config, workdir)
+        return _evaluate(config, workdir, compare)
 
 
-def _evaluate(config: ml_collections.ConfigDict, workdir: str | None) -> tuple[dict, str]:
+def _evaluate(config: ml_collections.ConfigDict, workdir: str | None, compare: str | None = None) -> tuple[dict, str]:
     mode = str(config.eval.get("mode", "network"))
     if mode not in MODES:
         raise ValueError(f"config.eval.mode={mode!r}; choose from {MODES}")
+    if mode == "oracle" and compare:
+        raise ValueError("--compare compares two trained runs (network mode); drop it or --config.eval.mode=oracle")
     if mode == "oracle":
         if "output_dir" not in config.eval:
             raise ValueError("config.eval.mode='oracle' needs an oracle config (configs/oracle_*.py: an exact "
@@ -247,6 +250,11 @@ def _evaluate(config: ml_collections.ConfigDict, workdir: str | None) -> tuple[d
         return evaluate_oracle(config), out
     if not workdir:
         raise ValueError("evaluating a trained model needs --workdir (the training run's directory)")
+    if compare:
+        from infodiff.evaluation import comparison  # two runs on a user's file (docs/scoring.md)
+
+        _check_saved_config(config, workdir)
+        return comparison.evaluate_compare(config, workdir, compare)
     if str(config.eval.get("input", "")):
         from infodiff.evaluation import inputs  # a user's file (docs/scoring.md)
 

@@ -23,7 +23,7 @@ from infodiff.tasks import (CalibrationCase, ContractCase, OracleCase, OracleEst
                             repo_config)
 from infodiff.tasks import text
 
-__all__ = ["MaskedTask", "make_mask_spec", "oracle_case", "SCORING_ESTIMATORS", "REGISTRATION"]
+__all__ = ["MaskedTask", "make_mask_spec", "scoring_process", "oracle_case", "SCORING_ESTIMATORS", "REGISTRATION"]
 
 # The estimators that take one forward pass per sample, so rows of different lengths (pads) can
 # be scored: infodiff.scoring.
@@ -102,13 +102,7 @@ class MaskedTask(text.TextTask):
         return lk.masked_process(str(self.config.eval.estimator), self.schedule_obj, self.vocab_size)
 
     def scoring_process(self, estimator):
-        if estimator not in lk.ESTIMATORS:
-            raise ValueError(f"unknown estimator {estimator!r} (config.eval.estimator); choose from "
-                             f"{SCORING_ESTIMATORS}")
-        if estimator not in SCORING_ESTIMATORS:
-            raise ValueError(f"estimator {estimator!r} cannot score rows of different lengths; choose from "
-                             f"{SCORING_ESTIMATORS}")
-        return lk.masked_process(estimator, self.schedule_obj, self.vocab_size)
+        return scoring_process(estimator, self.schedule_obj, self.vocab_size)
 
     def process_info(self, process):
         p = self.config.process
@@ -128,6 +122,18 @@ class MaskedTask(text.TextTask):
             return masked_lib.ancestral_sample(den, key, n_gen, L, V, sched, steps)
 
         return self._decoded(run(denoiser.params, key), "MD4 ancestral sampler", steps)
+
+
+def scoring_process(estimator: str, schedule, vocab_size: int) -> masked_lib.MaskedProcess:
+    """The masked process that scores rows of different lengths (:data:`SCORING_ESTIMATORS`).
+    Raises ValueError for another estimator."""
+    if estimator not in lk.ESTIMATORS:
+        raise ValueError(f"unknown estimator {estimator!r} (config.eval.estimator); choose from "
+                         f"{SCORING_ESTIMATORS}")
+    if estimator not in SCORING_ESTIMATORS:
+        raise ValueError(f"estimator {estimator!r} cannot score rows of different lengths; choose from "
+                         f"{SCORING_ESTIMATORS}")
+    return lk.masked_process(estimator, schedule, vocab_size)
 
 
 def oracle_case(config, name: str = "masked") -> OracleCase:

@@ -1,0 +1,101 @@
+"""``evaluate.py --workdir W --config.eval.input=mc.jsonl``: multiple-choice questions, one JSON
+object per line, ``{"prompt": str, "choices": [str, ...], "answer": int}`` (``answer`` optional,
+for every line or none; ``id`` optional), decided by :meth:`infodiff.scoring.Run.choose` (coupled
+options, adaptive stopping; :mod:`infodiff.choices`). Each row: the chosen option, its margin
+over the runner-up ± SE (nats), whether it is decided at ``eval.choice_confidence``, the samples
+and forward passes it took; the report: accuracy with the error from the sample of questions and
+the Monte Carlo error (:class:`infodiff.choices.Choices`). Same seed, same file -> the decisions of
+``run.choose`` on the same questions.
+"""
+
+from __future__ import annotations
+
+import json
+
+__all__ = ["read_choices", "evaluate_choices"]
+
+
+def read_choices(path: str, lines: list[str]) -> tuple[str, list[str], dict]:
+    """('choices', row ids, {'prompt': [str], 'choices': [[str]], 'answer': [int] (when given)}).
+    Raises ValueError naming the file and line for a line that is not a JSON object, other keys, a
+    prompt that is not a string, fewer than 2 options or an option that is not a string, an answer
+    that is not an option index, answers on some lines only, a repeated id, or no rows."""
+    ids, cols, seen, with_answer = [], {"prompt": [], "choices": [], "answer": []}, {}, None
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{i}: not valid JSON ({e.msg}, column {e.colno})") from None
+        if not isinstance(obj, dict):
+            raise ValueError(f"{path}:{i}: expected a JSON object, got {type(obj).__name__}")
+        keys = set(obj) - {"id"}
+        if keys not in ({"prompt", "choices"}, {"prompt", "choices", "answer"}):
+            raise ValueError(f"{path}:{i}: keys {sorted(obj)}; a multiple-choice file (line 1 has \"choices\") needs "
+                             "{\"prompt\", \"choices\"} and optionally \"answer\" and \"id\" on every line")
+        if with_answer is None:
+            with_answer = "answer" in obj
+        elif with_answer != ("answer" in obj):
+            raise ValueError(f"{path}:{i}: \"answer\" is given on some lines only: give it on every line or none")
+        p, c = obj["prompt"], obj["choices"]
+        if not isinstance(p, str):
+            raise ValueError(f"{path}:{i}: 'prompt' must be a string, got {type(p).__name__}")
+        if not isinstance(c, list) or len(c) < 2 or not all(isinstance(o, str) for o in c):
+            raise ValueError(f"{path}:{i}: 'choices' must be a list of at least 2 strings")
+        if with_answer:
+            a = obj["answer"]
+            if isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < len(c):
+                raise ValueError(f"{path}:{i}: 'answer' must be the index of an option, 0 to {len(c) - 1}; got {a!r}")
+            cols["answer"].append(a)
+        rid = obj.get("id", i)
+        if isinstance(rid, bool) or not isinstance(rid, (str, int)):
+            raise ValueError(f"{path}:{i}: \"id\" must be a string or an integer, got {rid!r}")
+        if str(rid) in seen:
+            raise ValueError(f"{path}:{i}: id {rid!r} was already used on line {seen[str(rid)]}")
+        seen[str(rid)] = i
+        ids.append(str(rid))
+        cols["prompt"].append(p)
+        cols["choices"].append(c)
+    if not ids:
+        raise ValueError(f"eval.input {path!r} has no rows")
+    if not with_answer:
+        del cols["answer"]
+    return "choices", ids, cols
+
+
+def evaluate_choices(config, ids, cols, run, row_errors) -> tuple:
+    """(:class:`infodiff.choices.Choices`, rows, summary) of a multiple-choice file;
+    ``row_errors``: :mod:`infodiff.evaluation.inputs`' renamer of a row's ValueError."""
+    ev = config.eval
+    first = int(ev.get("choice_samples", 0) or 0) or None
+    res = row_errors(lambda: run.choose(cols["prompt"], cols["choices"], answers=cols.get("answer"),
+                                        confidence=float(ev.get("choice_confidence", 0.95)), num_samples=first,
+                                        max_samples=int(ev.get("choice_max_samples", 128))), ids)
+    rows = []
+    for q, rid in enumerate(ids):
+        r = {"id": rid, "value": float(res.margin[q]), "se": float(res.margin_stderr[q]),
+             "samples": int(res.samples[q]), "forward_passes": int(res.forward_passes[q]),
+             "changed_chars": int(sum(run.last_changed[q].values())),
+             "prompt_chars": int(res.info["prompt_tokens"][q]), "context_chars": int(res.info["context_per_question"][q]),
+             "options": len(cols["choices"][q]), "choice": int(res.choice[q]), "runner_up": int(res.runner_up[q]),
+             "decided": bool(res.decided[q]), "p_flip": float(res.p_flip[q]), "rounds": int(res.rounds[q]),
+             "option_nll": [float(v) for v in res.nll[q]], "option_se": [float(v) for v in res.nll_stderr[q]]}
+        if res.answers is not None:
+            r.update(answer=int(res.answers[q]), correct=bool(res.correct[q]))
+        rows.append(r)
+    return res, rows, res.summary()
+
+
+def estimate_view(res, process):
+    """What the input report reads of an Estimate (estimator, samples, SE method), for choices."""
+    import types
+
+    from infodiff import likelihood as lk
+
+    return types.SimpleNamespace(estimator=f"{res.estimator}:{'coupled' if res.coupled else 'decoupled'}",
+                                 infinite_variance=bool(process.infinite_variance), num_samples=res.first_samples,
+                                 se_method=process.se_method, is_exact=False, min_samples=int(process.min_samples),
+                                 few_samples=res.first_samples < int(process.min_samples),
+                                 se_note=lk.SE_METHODS[process.se_method])
+

@@ -1,0 +1,121 @@
+"""``evaluate.py --workdir W1 --compare W2 --config.eval.input=FILE``: score a user's file with
+two trained runs and write their per-row difference with a paired SE (:mod:`infodiff.compare`,
+docs/scoring.md "Comparing two runs"): report.json / report.txt (kind 'compare', docs/report.md),
+rows.jsonl, rows.csv and rows.png in ``W1/scores/<file name>.vs.<W2's name>/``.
+
+Run a is W1 with the command line's config (its ``eval.*`` overrides); run b is W2's saved run
+with run a's ``eval.use_ema``, ``eval.input_samples`` and, when both runs are of the same process,
+``eval.estimator``. Files: ``.txt`` documents or ``.jsonl`` ``{"prompt", "response"}`` pairs
+(:func:`infodiff.evaluation.inputs.read_input`); ratio files are refused.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from infodiff import compare as compare_lib
+from infodiff import scoring
+from infodiff.evaluation import inputs, plots
+from infodiff.evaluation import report as report_lib
+
+__all__ = ["evaluate_compare", "out_dir"]
+
+
+def out_dir(workdir: str, path: str, other: str) -> str:
+    """``W1/scores/<file name>.vs.<W2's directory name>/``."""
+    return os.path.join(workdir, "scores", f"{os.path.basename(path)}.vs.{os.path.basename(os.path.normpath(other))}")
+
+
+def _load_other(other: str, config) -> scoring.Run:
+    import ml_collections
+
+    from infodiff import tasks, training
+
+    if not os.path.isdir(other):
+        raise FileNotFoundError(f"--compare {other!r} does not exist (a training run's directory)")
+    ev = config.eval
+    saved = ml_collections.ConfigDict(training.saved_config(other))
+    same = tasks.registration(saved).name == tasks.registration(config).name
+    return scoring.load_run(other, estimator=str(ev.estimator) if same else None, use_ema=bool(ev.use_ema),
+                            num_samples=int(ev.input_samples))
+
+
+def _side(run: scoring.Run) -> dict:
+    return {"workdir": os.path.abspath(run.workdir), "checkpoint_step": run.checkpoint_step,
+            "params": "ema" if bool(run.config.eval.use_ema) else "raw", "model_length": run.seq_len,
+            "estimator": run.process.estimator, "process": run.task.process_info(run.process)}
+
+
+def evaluate_compare(config, workdir: str, other: str) -> tuple[dict, str]:
+    """Score ``config.eval.input`` with the runs in ``workdir`` (a) and ``other`` (b); returns
+    (report, output dir), writing nothing (the caller writes the report with its rows files).
+    Raises ValueError for no ``eval.input`` or a ratios file, FileNotFoundError for a missing
+    ``other``, and the errors of :func:`infodiff.compare.compare` (naming the row's id)."""
+    t0 = time.time()
+    ev = config.eval
+    path = str(ev.get("input", "") or "")
+    if not path:
+        raise ValueError("evaluate.py --compare scores a file with both runs: give it with --config.eval.input=FILE "
+                         "(.txt, one document per line, or .jsonl {\"prompt\", \"response\"})")
+    read_notes: list = []
+    kind, ids, cols = inputs.read_input(path, str(ev.input_unit), notes=read_notes)
+    if kind == "ratios":
+        raise ValueError(f"{path} holds ratios ({{prompt, a, b}}); --compare scores documents (.txt) or "
+                         "{prompt, response} pairs: score a and b as pairs")
+    run_a = scoring.load_run(workdir, config=config)
+    run_b = _load_other(other, config)
+    tse = float(ev.target_se) or None
+    if tse is not None and tse < 0:
+        raise ValueError(f"config.eval.target_se={ev.target_se} must be >= 0 (0: a fixed budget)")
+    rows_in = {"texts": cols["text"]} if kind == "text" else {"prompts": cols["prompt"], "responses": cols["response"]}
+    c = inputs.row_errors(lambda: compare_lib.compare(run_a, run_b, **rows_in, target_se=tse, progress=True), ids)
+    scored = cols["text"] if kind == "text" else cols["response"]
+    chars = [len(run_a.encode(t)) for t in scored]
+    passes = c.a.info["forward_passes_per_row"] + c.b.info["forward_passes_per_row"]
+    rows = [{"id": rid, "nll_a": float(c.a.mean[i]), "se_a": float(c.a.stderr[i]), "nll_b": float(c.b.mean[i]),
+             "se_b": float(c.b.stderr[i]), "difference": float(c.difference[i]),
+             "se_paired": float(c.stderr_paired[i]), "se_unpaired": float(c.stderr_unpaired[i]),
+             "resolved_2se": bool(abs(c.difference[i]) > 2 * c.stderr_paired[i]), "samples": int(c.a.num_samples),
+             "windows_a": int(c.a.info["windows_per_row"][i]), "windows_b": int(c.b.info["windows_per_row"][i]),
+             "forward_passes": int(passes[i]), "changed_chars": int(sum(c.changed[i].values())), "chars": chars[i]}
+            for i, rid in enumerate(ids)]
+    out = out_dir(workdir, path, other)
+    attachments, plot_notes = inputs.row_attachments(rows, [("rows.png", lambda buf: plots.compare_rows_png(buf, rows))])
+    files = [os.path.join(out, name) for name in attachments]
+    all_changed: dict = {}
+    for ch in c.changed:
+        for k, v in ch.items():
+            all_changed[k] = all_changed.get(k, 0) + v
+    notes = list(read_notes)
+    if not c.coupled:
+        notes.append(f"the runs drew independent noise ({c.why_not}): the paired SE is the unpaired one")
+    target = report_lib.ABSENT
+    if tse is not None:
+        target = {"target_se": tse, "reached": bool(c.a.info["target_se_reached"]),
+                  "max_samples_per_window": int(c.a.info["max_samples"])}
+        if not target["reached"]:
+            notes.append(f"target_se {tse} not reached by every row at {c.a.num_samples} samples per window "
+                         f"(config.eval.input_max_samples); the largest paired SE is {float(c.stderr_paired.max()):.4g}")
+    what = "-log p(document)" if kind == "text" else "-log p(response | prompt)"
+    rep = report_lib.CompareReport(
+        quantity=f"{what.replace('p(', 'p_a(')} - ({what.replace('p(', 'p_b(')})", bound="model_difference",
+        process=run_a.task.process_info(run_a.process), units={"item": "row", "nll": "nats per row"},
+        input={"path": os.path.abspath(path), "sha256": inputs.sha256(path), "format": kind,
+               "unit": str(ev.get("input_unit", "line")), "rows": len(ids)},
+        runs={"a": _side(run_a), "b": _side(run_b)},
+        coupling={"coupled": c.coupled, "why_not": c.why_not, "same_noise": c.same_noise,
+                  "batch_size": run_a.batch_size},
+        num_samples_per_window=int(c.a.num_samples),
+        infinite_variance=bool(c.a.infinite_variance or c.b.infinite_variance), forward_passes=int(passes.sum()),
+        **report_lib.se_fields(c.paired if c.coupled else c.a), summary=c.summary(),
+        cleaning={"rules": "text8 (infodiff.data.text.CLEANING_RULES)",
+                  "rows_changed": int(sum(1 for ch in c.changed if ch)), "characters": all_changed},
+        target=target, rows_preview=rows[:10], notes=notes or report_lib.ABSENT, files=files,
+        plots=[p for p in files if p.endswith(".png")], plot_notes=plot_notes or report_lib.ABSENT,
+        **report_lib.common(config, int(ev.seed), t0,
+                            checkpoint={"a": inputs.run_checkpoint(run_a), "b": inputs.run_checkpoint(run_b)},
+                            data={"path": os.path.abspath(path), "sha256": inputs.sha256(path)}))
+    return report_lib.Report(rep.to_dict(), attachments=attachments), out

@@ -1,0 +1,351 @@
+"""An lm-evaluation-harness model (``lm-eval`` 0.4.x, ``pip install -e '.[harness]'``) for any
+infodiff text run: importing this module registers the model ``infodiff`` (docs/harness.md).
+
+    python -m infodiff.harness --model infodiff --model_args workdir=W[,confidence=0.95,max_samples=128] \\
+        --tasks T [--include_path DIR] [--output_path OUT --log_samples]
+    # or, from Python:
+    import infodiff.harness, lm_eval
+    lm_eval.simple_evaluate(model="infodiff", model_args="workdir=W", tasks=[...])
+
+lm-eval's own ``lm_eval`` command loads only its built-in models, so ``python -m infodiff.harness``
+(installed as ``infodiff-lm-eval``) registers this one and runs lm-eval's command line unchanged.
+
+What each request type returns (every log-probability is minus the network's NELBO, a lower
+bound on its log p; :mod:`infodiff.scoring`):
+
+* ``loglikelihood``: log p(continuation | context), the context never masked, tokenized as the
+  run tokenizes (text8 runs: cleaned). A continuation that starts with the run's prompt
+  separator (text8 and byte runs: the space lm-eval's ``target_delimiter`` puts there) has it
+  moved to the context, given and not scored, as :meth:`infodiff.scoring.Run.conditional_nll`
+  and ``evaluate.py``'s pairs and choices files join a prompt and a response (so the three give
+  the same numbers); the scored part is the rest. The requests of one document (lm-eval's ``doc_id``; the
+  answer options of a multiple-choice question) are scored **together**: coupled draws and
+  adaptive stopping (:func:`infodiff.choices.choose_tokens`: rounds until the best option beats
+  every other at ``confidence``, at most ``max_samples`` per option), one context length for all
+  options (that of the longest). A document with a single request gets ``num_samples`` samples.
+  ``is_greedy`` is whether the continuation equals the run's greedy decoding (the most confident
+  position first, its argmax token; one forward pass per token): computed for single requests
+  (lm-eval's ``acc`` of loglikelihood tasks reads it); for a multiple-choice question, which does
+  not read it, it is ``False`` (documented, not computed).
+* ``loglikelihood_rolling``: log p(document) by non-overlapping windows of the model's length, as
+  ``evaluate.py --config.eval.input=FILE.txt`` (the same numbers with the same seed and samples);
+  lm-eval's ``word_perplexity`` / ``byte_perplexity`` / ``bits_per_byte`` follow from it.
+* ``generate_until``: the MD4 ancestral sampler (``eval.sample_steps`` steps) continuing the last
+  L - ``max_gen_toks`` context tokens, cut at the first ``until`` string.
+
+After a run, :attr:`InfodiffLM.records` holds each multiple-choice question's decision (margin ±
+SE, decided, p_flip, forward passes) and :meth:`InfodiffLM.choice_summary` the fraction decided,
+the forward passes per question and the Monte Carlo error of the accuracy,
+``sqrt(sum p_flip (1 - p_flip)) / questions`` (:mod:`infodiff.choices`), which lm-eval's
+``acc_stderr`` (the sampling of questions) does not include; ``python -m infodiff.harness``
+prints it after lm-eval's table and writes it beside lm-eval's results (``--output_path``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+try:
+    from lm_eval.api.model import LM
+    from lm_eval.api.registry import register_model
+except ImportError as e:  # the optional extra
+    raise ImportError("infodiff.harness needs lm-evaluation-harness: pip install -e '.[harness]' "
+                      "(or pip install 'lm-eval>=0.4.13')") from e
+
+from infodiff import choices as choices_lib
+from infodiff import likelihood as lk
+from infodiff import scoring
+
+__all__ = ["InfodiffLM", "main"]
+
+SINGLE_STREAM = 0x51E  # fold_in of the run's key for single loglikelihood requests
+
+
+def _as_bool(v, name):
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.lower() in ("true", "false"):
+        return v.lower() == "true"
+    raise ValueError(f"model_args {name}={v!r} must be True or False")
+
+
+@register_model("infodiff")
+class InfodiffLM(LM):
+    """lm-eval's ``LM`` over an infodiff text run (module docstring).
+
+    model_args: ``workdir`` (a training run; or ``run=`` a :class:`infodiff.scoring.Run` from
+    Python, e.g. :func:`infodiff.from_function`), ``estimator``, ``num_samples`` (single requests
+    and rolling windows; default the run's ``eval.input_samples``), ``first_samples`` (the first
+    round per option, default the estimator's ``min_samples``), ``max_samples`` (per option, 128),
+    ``confidence`` (0.95), ``coupled`` (True), ``adaptive`` (True), ``seed`` (the run's
+    ``eval.seed``). lm-eval's ``batch_size`` / ``device`` are accepted and unused (the run's
+    ``eval.batch_size`` and JAX's device). Raises ValueError for an unknown argument or value."""
+
+    def __init__(self, workdir: str | None = None, *, run=None, estimator: str | None = None,
+                 num_samples: int | None = None, first_samples: int | None = None,
+                 max_samples: int = choices_lib.DEFAULT_MAX_SAMPLES, confidence: float = 0.95, coupled=True,
+                 adaptive=True, seed: int | None = None, batch_size=None, max_batch_size=None, device=None, **unknown):
+        super().__init__()
+        if unknown:
+            raise ValueError(f"unknown model_args {sorted(unknown)}; the infodiff model takes workdir, estimator, "
+                             "num_samples, first_samples, max_samples, confidence, coupled, adaptive, seed")
+        if run is None:
+            if not workdir:
+                raise ValueError("model_args: give workdir=W (a training run's directory)")
+            run = scoring.load_run(str(workdir), estimator=estimator,
+                                   num_samples=None if num_samples is None else int(num_samples))
+        elif num_samples is not None:
+            run.num_samples = int(num_samples)
+        self.run = run
+        self.first_samples = int(run.process.min_samples) if first_samples is None else int(first_samples)
+        self.max_samples = int(max_samples)
+        self.confidence = float(confidence)
+        self.coupled, self.adaptive = _as_bool(coupled, "coupled"), _as_bool(adaptive, "adaptive")
+        self.seed = seed if seed is None else int(seed)
+        choices_lib._check(self.confidence, self.first_samples, self.max_samples, run.process.min_samples)
+        self.records: list[dict] = []
+        self._calls = 0
+
+    # -- tokenization: the run's own, context and continuation split as lm-eval joins them -------
+    def _split(self, context: str, continuation: str) -> tuple[np.ndarray, np.ndarray]:
+        """(context ids, continuation ids) with ids(context + continuation) = their concatenation
+        where the tokenizer allows (text8 cleaning is not always prefix-stable: then each part is
+        encoded alone)."""
+        enc = self.run.encode
+        whole, ctx = enc(context + continuation), enc(context)
+        if len(ctx) <= len(whole) and np.array_equal(whole[:len(ctx)], ctx) and len(whole) > len(ctx):
+            cont = whole[len(ctx):]
+        else:
+            cont = enc(continuation)
+        sep = np.asarray(self.run.tokenizer.separator, np.int32)
+        if len(ctx) and len(sep) and len(cont) > len(sep) and np.array_equal(cont[:len(sep)], sep):
+            ctx, cont = np.concatenate([ctx, sep]), cont[len(sep):]  # the run's prompt separator: given
+        return ctx, cont
+
+    def _key(self):
+        key = self.run._key(self.seed)
+        return jax.random.fold_in(key, self._calls)
+
+    # -- lm-eval's request types ------------------------------------------------------------------
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        groups: dict = {}
+        for i, req in enumerate(requests):
+            context, continuation = req.args[0], req.args[1]
+            gid = (req.task_name, req.doc_id) if req.doc_id is not None else ("", context)
+            groups.setdefault(gid, []).append((i, context, continuation))
+        out: list = [None] * len(requests)
+        multi = [(g, m) for g, m in groups.items() if len(m) >= 2]
+        single = [m[0] for m in groups.values() if len(m) == 1]
+        if multi:
+            ctx, opts = [], []
+            for _, members in multi:
+                pieces = [self._split(c, y) for _, c, y in members]
+                ctx.append(pieces[0][0])
+                opts.append([p[1] for p in pieces])
+                for (_, c, y), p in zip(members, pieces):
+                    if len(p[1]) == 0:
+                        raise ValueError(f"loglikelihood: continuation {y!r} is empty after the run's tokenization")
+            res = choices_lib.choose_tokens(
+                self.run, ctx, opts, confidence=self.confidence, num_samples=self.first_samples,
+                max_samples=self.max_samples if self.adaptive else self.first_samples, adaptive=self.adaptive,
+                coupled=self.coupled, seed=self._seed_for_call())
+            for q, (gid, members) in enumerate(multi):
+                for j, (i, _, _) in enumerate(members):
+                    out[i] = (-float(res.nll[q][j]), False)
+                self.records.append({"task": gid[0], "doc_id": gid[1], "choice": int(res.choice[q]),
+                                     "runner_up": int(res.runner_up[q]), "margin": float(res.margin[q]),
+                                     "margin_stderr": float(res.margin_stderr[q]), "decided": bool(res.decided[q]),
+                                     "p_flip": float(res.p_flip[q]), "samples_per_option": int(res.samples[q]),
+                                     "forward_passes": int(res.forward_passes[q]),
+                                     "option_nll": [float(v) for v in res.nll[q]],
+                                     "option_stderr": [float(v) for v in res.nll_stderr[q]]})
+        if single:
+            pieces = [self._split(c, y) for _, c, y in single]
+            est = self._conditional([p[0] for p in pieces], [p[1] for p in pieces])
+            greedy = self._is_greedy([p[0] for p in pieces], [p[1] for p in pieces])
+            for k, (i, _, _) in enumerate(single):
+                out[i] = (-float(est.mean[k]), bool(greedy[k]))
+        self._calls += 1
+        return out
+
+    def _seed_for_call(self):
+        seed = self.run.config.eval.seed if self.seed is None else self.seed
+        return int(seed) + self._calls if self._calls else int(seed)
+
+    def _conditional(self, ctx, ys) -> lk.Estimate:
+        win = scoring.response_windows(ctx, ys, self.run.seq_len)
+        return self.run._nll_windows(win, len(ys), self._seed_for_call(), None, False)
+
+    def _is_greedy(self, ctx, ys) -> np.ndarray:
+        """Whether each continuation is the run's greedy decoding given its context (module
+        docstring); continuations longer than the model's length are cut into its windows."""
+        win = scoring.response_windows(ctx, ys, self.run.seq_len)
+        model = self.run.task.order_model(self.run.denoiser.params) if hasattr(self.run.task, "order_model") else None
+        if model is None:
+            return np.zeros(len(ys), bool)
+        den = model["denoiser"]
+        from infodiff import denoisers
+
+        apply_fn, params = denoisers.split(den)
+        V = int(self.run.process.vocab_size)
+        steps = int(win.target_WxL.sum(axis=1).max())
+        ok = np.asarray(_greedy_match(apply_fn, params, jnp.asarray(win.x_WxL), jnp.asarray(win.target_WxL),
+                                      jnp.asarray(win.pad_WxL), V=V, steps=steps))
+        res = np.ones(len(ys), bool)
+        np.logical_and.at(res, win.row_W, ok)
+        return res
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        texts = [req.args[0] for req in requests]
+        ids = [self.run.encode(t) for t in texts]
+        nonempty = [i for i, x in enumerate(ids) if len(x)]
+        out = [0.0] * len(texts)
+        if nonempty:
+            win = scoring.document_windows([ids[i] for i in nonempty], self.run.seq_len)
+            est = self.run._nll_windows(win, len(nonempty), self._seed_for_call(), None, False)
+            for k, i in enumerate(nonempty):
+                out[i] = -float(est.mean[k])
+        self._calls += 1
+        return out
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        from infodiff.processes import masked as masked_lib
+
+        task, L = self.run.task, self.run.seq_len
+        if not hasattr(task, "schedule_obj"):
+            raise ValueError("generate_until needs a masked-diffusion run (the MD4 ancestral sampler)")
+        out = []
+        den = self.run.denoiser
+        steps = int(self.run.config.eval.get("sample_steps", L))
+        for r, req in enumerate(requests):
+            context, kw = req.args[0], (req.args[1] if len(req.args) > 1 else {}) or {}
+            until = kw.get("until", []) or []
+            until = [until] if isinstance(until, str) else list(until)
+            gen = int(kw.get("max_gen_toks", L // 2))
+            gen = max(1, min(gen, L - 1))
+            ctx = self.run.encode(context)[-(L - gen):] if L - gen > 0 else self.run.encode(context)[:0]
+            key = jax.random.fold_in(self._key(), r)
+            x = masked_lib.ancestral_sample(lambda z, t: den.apply_params(den.params, z, t), key, 1, len(ctx) + gen,
+                                            int(self.run.process.vocab_size), task.schedule_obj, steps,
+                                            prompt_BxP=jnp.asarray(ctx[None], jnp.int32) if len(ctx) else None)
+            text = self._decode(np.asarray(x)[0, len(ctx):])
+            for u in until:
+                if u and u in text:
+                    text = text[:text.index(u)]
+            out.append(text)
+        self._calls += 1
+        return out
+
+    def _decode(self, ids) -> str:
+        if self.run.tokenizer.name == "text8":
+            from infodiff.data import text as text_data
+
+            return text_data.decode(ids)
+        if self.run.tokenizer.unit == "byte":
+            return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+        raise ValueError(f"generate_until cannot decode the {self.run.tokenizer.name!r} tokenizer's ids")
+
+    # -- what lm-eval does not report --------------------------------------------------------------
+    def choice_summary(self, accuracy_by_task: dict | None = None) -> dict:
+        """Per task: questions, fraction decided, forward passes per question (mean, median),
+        expected flips and the Monte Carlo error of the accuracy (module docstring)."""
+        out = {}
+        for task in sorted({r["task"] for r in self.records}):
+            rs = [r for r in self.records if r["task"] == task]
+            p = np.array([r["p_flip"] for r in rs])
+            fp = np.array([r["forward_passes"] for r in rs])
+            out[task] = {"questions": len(rs), "fraction_decided": float(np.mean([r["decided"] for r in rs])),
+                         "forward_passes_per_question_mean": float(fp.mean()),
+                         "forward_passes_per_question_median": float(np.median(fp)),
+                         "expected_flips": float(p.sum()),
+                         "accuracy_mc_stderr": float(math.sqrt(float(np.sum(p * (1 - p)))) / len(rs)),
+                         "confidence": self.confidence, "max_samples": self.max_samples,
+                         "first_samples": self.first_samples, "coupled": self.coupled, "adaptive": self.adaptive}
+        return out
+
+
+@functools.partial(jax.jit, static_argnames=("apply_fn", "V", "steps"))
+def _greedy_match(apply_fn, params, x_WxL, target_WxL, pad_WxL, *, V, steps):
+    """bool [W]: the greedy decoding (reveal the most confident masked target position, with its
+    argmax token, one per step; time 1 - j / steps) reproduces x at every target position."""
+    W, L = x_WxL.shape
+    n = jnp.maximum(target_WxL.sum(axis=1), 1)
+
+    def step(carry, j):
+        z, revealed = carry
+        t = jnp.clip(1.0 - j / n, 0.0, 1.0).astype(jnp.float32)
+        lp = apply_fn(params, z, t).astype(jnp.float32)
+        conf = jnp.where(target_WxL & ~revealed, jnp.max(lp, axis=-1), -jnp.inf)
+        pick = jnp.argmax(conf, axis=1)
+        tok = jnp.argmax(jnp.take_along_axis(lp, pick[:, None, None], axis=1)[:, 0], axis=-1)
+        active = jnp.any(target_WxL & ~revealed, axis=1)
+        sel = jax.nn.one_hot(pick, L, dtype=bool) & active[:, None]
+        z = jnp.where(sel, tok[:, None], z)
+        return (z, revealed | sel), None
+
+    z0 = jnp.where(target_WxL | pad_WxL, V, x_WxL)
+    (z, _), _ = jax.lax.scan(step, (z0, ~target_WxL), jnp.arange(steps))
+    return jnp.all(jnp.where(target_WxL, z == x_WxL, True), axis=1)
+
+
+def main(argv=None) -> int:
+    """``python -m infodiff.harness <lm-eval arguments>``: lm-eval's command line with the
+    ``infodiff`` model registered; after lm-eval's table, the multiple-choice decisions' summary
+    (and, with ``--output_path``, ``infodiff_choices.json`` there)."""
+    from lm_eval.__main__ import cli_evaluate
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    made: list = []
+    orig = InfodiffLM.__init__
+
+    def tracking_init(self, *a, **k):
+        orig(self, *a, **k)
+        made.append(self)
+
+    InfodiffLM.__init__ = tracking_init
+    sys.argv = ["lm-eval", *argv]
+    try:
+        cli_evaluate()
+    finally:
+        InfodiffLM.__init__ = orig
+    for lm in made:
+        summary = lm.choice_summary()
+        if not summary:
+            continue
+        print("\ninfodiff: multiple-choice decisions (Monte Carlo error of acc, beside lm-eval's acc_stderr "
+              "from the sample of questions)")
+        for task, s in summary.items():
+            print(f"  {task}: {s['questions']} questions, {s['fraction_decided']:.1%} decided at confidence "
+                  f"{s['confidence']}, {s['forward_passes_per_question_mean']:.1f} forward passes per question "
+                  f"(median {s['forward_passes_per_question_median']:.0f}), acc MC error "
+                  f"{s['accuracy_mc_stderr']:.4f}, expected flips {s['expected_flips']:.3g}")
+        out = _output_path(argv)
+        if out:
+            os.makedirs(out if not out.endswith(".json") else os.path.dirname(out) or ".", exist_ok=True)
+            path = os.path.join(out if not out.endswith(".json") else os.path.dirname(out) or ".",
+                                "infodiff_choices.json")
+            with open(path, "w") as f:
+                json.dump({"summary": summary, "questions": lm.records}, f, indent=1)
+            print(f"  written: {path}")
+    return 0
+
+
+def _output_path(argv) -> str | None:
+    for i, a in enumerate(argv):
+        if a in ("--output_path", "-o") and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--output_path="):
+            return a.split("=", 1)[1]
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
