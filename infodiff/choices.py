@@ -41,7 +41,7 @@ import scipy.stats
 
 from infodiff import likelihood as lk
 
-__all__ = ["Choices", "choose", "looks", "decision_level"]
+__all__ = ["Choices", "choose", "choose_tokens", "check_settings", "looks", "decision_level", "DEFAULT_MAX_SAMPLES"]
 
 DEFAULT_MAX_SAMPLES = 128  # the cap per option: LLaDA's fixed budget, so adaptive never costs more
 CHOICE_STREAM = 0xC401CE  # fold_in of a call's key for its choices: draws apart from the other methods'
@@ -135,7 +135,9 @@ def decision_level(confidence: float, num_options: int, num_looks: int) -> float
     return (1.0 - confidence) / (max(1, num_options - 1) * max(1, num_looks))
 
 
-def _check(confidence, num_samples, max_samples, min_samples):
+def check_settings(confidence, num_samples, max_samples) -> None:
+    """ValueError for a confidence outside (0, 1) or sample counts that are not integers >= 2 with
+    max_samples >= num_samples."""
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float, np.floating)) or \
             not 0 < confidence < 1:
         raise ValueError(f"confidence={confidence!r} must be a number in (0, 1), e.g. 0.95")
@@ -199,7 +201,7 @@ def choose(run, prompts, choices, *, answers=None, confidence: float = 0.95, num
     cap = (DEFAULT_MAX_SAMPLES if max_samples is None else max_samples) if adaptive else first
     if not adaptive and max_samples is not None and max_samples != first:
         raise ValueError("max_samples applies to adaptive=True only (adaptive=False draws num_samples once)")
-    _check(confidence, first, cap, run.process.min_samples)
+    check_settings(confidence, first, cap)
     if answers is not None:
         answers = list(answers)
         if len(answers) != Q:
@@ -208,14 +210,17 @@ def choose(run, prompts, choices, *, answers=None, confidence: float = 0.95, num
             if isinstance(a, bool) or not isinstance(a, (int, np.integer)) or not 0 <= a < len(c):
                 raise ValueError(f"answers[{i}]={a!r} must be an option index in [0, {len(c)})")
         answers = np.asarray(answers, np.int64)
-    ctx, p_changed = run._contexts(prompts, Q)
+    p_ids, p_changed = scoring.encode_rows(prompts, "prompts", run.tokenizer, nonempty=False)
+    if len(p_ids) != Q:
+        raise ValueError(f"{len(p_ids)} prompts but {Q} questions")
+    ctx = scoring.prompt_contexts(p_ids, run.tokenizer)
     options, changed = [], []
     for i, c in enumerate(choices):
-        ids, ch = scoring._tokens(c, f"choices[{i}]", run.tokenizer)
-        scoring._nonempty(ids, f"choices[{i}]", run.tokenizer)
+        ids, ch = scoring.encode_rows(c, f"choices[{i}]", run.tokenizer)
         options.append(ids)
-        changed.append(p_changed[i] if not ch else scoring._merge(p_changed[i], _sum_dicts(ch)))
+        changed.append(_sum_dicts([p_changed[i], *ch]))
     run.last_changed = changed
+    run.last_context = np.asarray([len(c) for c in ctx], np.int64)
     res = choose_tokens(run, ctx, options, answers=answers, confidence=confidence, num_samples=first,
                         max_samples=cap, adaptive=adaptive, coupled=coupled, seed=seed)
     res.info["prompt_tokens"] = np.asarray(run.last_context, np.int64)
@@ -233,7 +238,7 @@ def choose_tokens(run, contexts, options, *, answers=None, confidence=0.95, num_
     Q, first, cap = len(options), int(num_samples), int(max_samples)
     ctx = contexts
     L = run.seq_len
-    key = jax.random.fold_in(run._key(seed), CHOICE_STREAM)
+    key = jax.random.fold_in(run.key(seed), CHOICE_STREAM)
     num_looks = looks(first, cap)
     out = {k: [None] * Q for k in ("nll", "nll_stderr")}
     vec = {k: np.zeros(Q, t) for k, t in (("choice", np.int64), ("runner_up", np.int64), ("margin", float),

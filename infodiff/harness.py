@@ -110,7 +110,7 @@ class InfodiffLM(LM):
         self.confidence = float(confidence)
         self.coupled, self.adaptive = _as_bool(coupled, "coupled"), _as_bool(adaptive, "adaptive")
         self.seed = seed if seed is None else int(seed)
-        choices_lib._check(self.confidence, self.first_samples, self.max_samples, run.process.min_samples)
+        choices_lib.check_settings(self.confidence, self.first_samples, self.max_samples)
         self.records: list[dict] = []
         self._calls = 0
 
@@ -131,7 +131,7 @@ class InfodiffLM(LM):
         return ctx, cont
 
     def _key(self):
-        key = self.run._key(self.seed)
+        key = self.run.key(self.seed)
         return jax.random.fold_in(key, self._calls)
 
     # -- lm-eval's request types ------------------------------------------------------------------
@@ -182,7 +182,7 @@ class InfodiffLM(LM):
 
     def _conditional(self, ctx, ys) -> lk.Estimate:
         win = scoring.response_windows(ctx, ys, self.run.seq_len)
-        return self.run._nll_windows(win, len(ys), self._seed_for_call(), None, False)
+        return self.run.window_nll(win, len(ys), self.run.key(self._seed_for_call()), self.run.num_samples)
 
     def _is_greedy(self, ctx, ys) -> np.ndarray:
         """Whether each continuation is the run's greedy decoding given its context (module
@@ -210,7 +210,7 @@ class InfodiffLM(LM):
         out = [0.0] * len(texts)
         if nonempty:
             win = scoring.document_windows([ids[i] for i in nonempty], self.run.seq_len)
-            est = self.run._nll_windows(win, len(nonempty), self._seed_for_call(), None, False)
+            est = self.run.window_nll(win, len(nonempty), self.run.key(self._seed_for_call()), self.run.num_samples)
             for k, i in enumerate(nonempty):
                 out[i] = -float(est.mean[k])
         self._calls += 1

@@ -256,6 +256,11 @@ class Run:
         """int32 token ids [n] of one string, as every method scores it (:class:`Tokenizer`)."""
         return np.asarray(self.tokenizer.encode(text)[0], np.int32)
 
+    def key(self, seed: int | None = None):
+        """The JAX key of ``seed`` (default the run's ``eval.seed``): every method's draws start here.
+        Raises TypeError for a seed that is not an integer."""
+        return self._key(seed)
+
     def _key(self, seed):
         seed = self.config.eval.seed if seed is None else seed
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):

@@ -67,7 +67,8 @@ LAYERS = {
     "processes": 1, "oracles": 1, "count_oracles": 1, "parallel": 1,
     "likelihood": 2, "orders": 2, "networks": 2, "data": 2, "poisson_moments": 2,
     "tasks": 3,
-    "training": 4, "evaluation": 4, "scoring": 4, "external": 4, "compare": 4, "config_usage": 4,
+    "training": 4, "evaluation": 4, "scoring": 4, "external": 4, "compare": 4, "config_usage": 4, "choices": 4,
+    "harness": 6,
     "cli": 5, "__init__": 5,
     "commands": 6, "experiments": 6,  # the installed commands; the paper's experiments (public API only)
 }
