@@ -29,7 +29,9 @@ bound on its log p; :mod:`infodiff.scoring`):
   not read it, it is ``False`` (documented, not computed).
 * ``loglikelihood_rolling``: log p(document) by non-overlapping windows of the model's length, as
   ``evaluate.py --config.eval.input=FILE.txt`` (the same numbers with the same seed and samples);
-  lm-eval's ``word_perplexity`` / ``byte_perplexity`` / ``bits_per_byte`` follow from it.
+  lm-eval's ``word_perplexity`` / ``byte_perplexity`` / ``bits_per_byte`` follow from it. With
+  ``interval_orders=K`` each document also gets the interval of the network's own -log p (not
+  only its NELBO bound; masked runs), kept in :attr:`InfodiffLM.rolling_records`.
 * ``generate_until``: the MD4 ancestral sampler (``eval.sample_steps`` steps) continuing the last
   L - ``max_gen_toks`` context tokens, cut at the first ``until`` string.
 
@@ -86,17 +88,20 @@ class InfodiffLM(LM):
     and rolling windows; default the run's ``eval.input_samples``), ``first_samples`` (the first
     round per option, default the estimator's ``min_samples``), ``max_samples`` (per option, 128),
     ``confidence`` (0.95), ``coupled`` (True), ``adaptive`` (True), ``seed`` (the run's
-    ``eval.seed``). lm-eval's ``batch_size`` / ``device`` are accepted and unused (the run's
+    ``eval.seed``), ``interval_orders`` (0: none; K >= 2: each rolling document's NLL interval over
+    generation orders, :meth:`infodiff.scoring.Run.nll_interval`, in :attr:`rolling_records`). lm-eval's ``batch_size`` / ``device`` are accepted and unused (the run's
     ``eval.batch_size`` and JAX's device). Raises ValueError for an unknown argument or value."""
 
     def __init__(self, workdir: str | None = None, *, run=None, estimator: str | None = None,
                  num_samples: int | None = None, first_samples: int | None = None,
                  max_samples: int = choices_lib.DEFAULT_MAX_SAMPLES, confidence: float = 0.95, coupled=True,
-                 adaptive=True, seed: int | None = None, batch_size=None, max_batch_size=None, device=None, **unknown):
+                 adaptive=True, seed: int | None = None, interval_orders: int = 0, batch_size=None,
+                 max_batch_size=None, device=None, **unknown):
         super().__init__()
         if unknown:
             raise ValueError(f"unknown model_args {sorted(unknown)}; the infodiff model takes workdir, estimator, "
-                             "num_samples, first_samples, max_samples, confidence, coupled, adaptive, seed")
+                             "num_samples, first_samples, max_samples, confidence, coupled, adaptive, seed, "
+                             "interval_orders")
         if run is None:
             if not workdir:
                 raise ValueError("model_args: give workdir=W (a training run's directory)")
@@ -111,8 +116,10 @@ class InfodiffLM(LM):
         self.coupled, self.adaptive = _as_bool(coupled, "coupled"), _as_bool(adaptive, "adaptive")
         self.seed = seed if seed is None else int(seed)
         choices_lib.check_settings(self.confidence, self.first_samples, self.max_samples)
+        self.interval_orders = int(interval_orders)
         self.records: list[dict] = []
-        self._calls = 0
+        self.rolling_records: list[dict] = []
+        self._calls: dict = {}  # per request type: calls so far (the first uses the seed itself)
 
     # -- tokenization: the run's own, context and continuation split as lm-eval joins them -------
     def _split(self, context: str, continuation: str) -> tuple[np.ndarray, np.ndarray]:
@@ -130,9 +137,13 @@ class InfodiffLM(LM):
             ctx, cont = np.concatenate([ctx, sep]), cont[len(sep):]  # the run's prompt separator: given
         return ctx, cont
 
-    def _key(self):
-        key = self.run.key(self.seed)
-        return jax.random.fold_in(key, self._calls)
+    def _seed_for_call(self, kind: str) -> int:
+        """The run's seed (or ``seed``) for the first call of a request type, as ``run.choose`` /
+        ``run.nll`` / ``evaluate.py`` use it (same numbers); + n for its (n+1)-th call."""
+        seed = self.run.config.eval.seed if self.seed is None else self.seed
+        n = self._calls.get(kind, 0)
+        self._calls[kind] = n + 1
+        return int(seed) + n
 
     # -- lm-eval's request types ------------------------------------------------------------------
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
@@ -142,6 +153,7 @@ class InfodiffLM(LM):
             gid = (req.task_name, req.doc_id) if req.doc_id is not None else ("", context)
             groups.setdefault(gid, []).append((i, context, continuation))
         out: list = [None] * len(requests)
+        seed = self._seed_for_call("loglikelihood")
         multi = [(g, m) for g, m in groups.items() if len(m) >= 2]
         single = [m[0] for m in groups.values() if len(m) == 1]
         if multi:
@@ -156,7 +168,7 @@ class InfodiffLM(LM):
             res = choices_lib.choose_tokens(
                 self.run, ctx, opts, confidence=self.confidence, num_samples=self.first_samples,
                 max_samples=self.max_samples if self.adaptive else self.first_samples, adaptive=self.adaptive,
-                coupled=self.coupled, seed=self._seed_for_call())
+                coupled=self.coupled, seed=seed)
             for q, (gid, members) in enumerate(multi):
                 for j, (i, _, _) in enumerate(members):
                     out[i] = (-float(res.nll[q][j]), False)
@@ -169,20 +181,16 @@ class InfodiffLM(LM):
                                      "option_stderr": [float(v) for v in res.nll_stderr[q]]})
         if single:
             pieces = [self._split(c, y) for _, c, y in single]
-            est = self._conditional([p[0] for p in pieces], [p[1] for p in pieces])
+            est = self._conditional([p[0] for p in pieces], [p[1] for p in pieces], seed)
             greedy = self._is_greedy([p[0] for p in pieces], [p[1] for p in pieces])
             for k, (i, _, _) in enumerate(single):
                 out[i] = (-float(est.mean[k]), bool(greedy[k]))
-        self._calls += 1
         return out
 
-    def _seed_for_call(self):
-        seed = self.run.config.eval.seed if self.seed is None else self.seed
-        return int(seed) + self._calls if self._calls else int(seed)
-
-    def _conditional(self, ctx, ys) -> lk.Estimate:
+    def _conditional(self, ctx, ys, seed) -> lk.Estimate:
         win = scoring.response_windows(ctx, ys, self.run.seq_len)
-        return self.run.window_nll(win, len(ys), self.run.key(self._seed_for_call()), self.run.num_samples)
+        return self.run.window_nll(win, len(ys), jax.random.fold_in(self.run.key(seed), SINGLE_STREAM),
+                                   self.run.num_samples)
 
     def _is_greedy(self, ctx, ys) -> np.ndarray:
         """Whether each continuation is the run's greedy decoding given its context (module
@@ -208,12 +216,21 @@ class InfodiffLM(LM):
         ids = [self.run.encode(t) for t in texts]
         nonempty = [i for i, x in enumerate(ids) if len(x)]
         out = [0.0] * len(texts)
+        seed = self._seed_for_call("loglikelihood_rolling")
         if nonempty:
             win = scoring.document_windows([ids[i] for i in nonempty], self.run.seq_len)
-            est = self.run.window_nll(win, len(nonempty), self.run.key(self._seed_for_call()), self.run.num_samples)
+            est = self.run.window_nll(win, len(nonempty), self.run.key(seed), self.run.num_samples)
+            oi = None
+            if self.interval_orders:
+                oi = self.run.nll_interval([texts[i] for i in nonempty], orders=self.interval_orders,
+                                           seed=seed, nelbo=est)
             for k, i in enumerate(nonempty):
                 out[i] = -float(est.mean[k])
-        self._calls += 1
+                rec = {"doc": i, "tokens": int(len(ids[i])), "nelbo": float(est.mean[k]),
+                       "nelbo_stderr": float(est.stderr[k])}
+                if oi is not None:
+                    rec.update(lower=float(oi.lower[k]), upper=float(oi.upper[k]), level=float(oi.level))
+                self.rolling_records.append(rec)
         return out
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
@@ -225,6 +242,7 @@ class InfodiffLM(LM):
         out = []
         den = self.run.denoiser
         steps = int(self.run.config.eval.get("sample_steps", L))
+        base = self.run.key(self._seed_for_call("generate_until"))
         for r, req in enumerate(requests):
             context, kw = req.args[0], (req.args[1] if len(req.args) > 1 else {}) or {}
             until = kw.get("until", []) or []
@@ -232,7 +250,7 @@ class InfodiffLM(LM):
             gen = int(kw.get("max_gen_toks", L // 2))
             gen = max(1, min(gen, L - 1))
             ctx = self.run.encode(context)[-(L - gen):] if L - gen > 0 else self.run.encode(context)[:0]
-            key = jax.random.fold_in(self._key(), r)
+            key = jax.random.fold_in(base, r)
             x = masked_lib.ancestral_sample(lambda z, t: den.apply_params(den.params, z, t), key, 1, len(ctx) + gen,
                                             int(self.run.process.vocab_size), task.schedule_obj, steps,
                                             prompt_BxP=jnp.asarray(ctx[None], jnp.int32) if len(ctx) else None)
@@ -241,7 +259,6 @@ class InfodiffLM(LM):
                 if u and u in text:
                     text = text[:text.index(u)]
             out.append(text)
-        self._calls += 1
         return out
 
     def _decode(self, ids) -> str:
@@ -297,8 +314,9 @@ def _greedy_match(apply_fn, params, x_WxL, target_WxL, pad_WxL, *, V, steps):
 
 
 def main(argv=None) -> int:
-    """``python -m infodiff.harness <lm-eval arguments>``: lm-eval's command line with the
-    ``infodiff`` model registered; after lm-eval's table, the multiple-choice decisions' summary
+    """``python -m infodiff.harness <lm-eval arguments> [--debug]``: lm-eval's command line with
+    the ``infodiff`` model registered (a bad workdir or model_args value: one line, exit 1; the
+    traceback with ``--debug``); after lm-eval's table, the multiple-choice decisions' summary
     (and, with ``--output_path``, ``infodiff_choices.json`` there)."""
     from lm_eval.__main__ import cli_evaluate
 
@@ -311,13 +329,27 @@ def main(argv=None) -> int:
         made.append(self)
 
     InfodiffLM.__init__ = tracking_init
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     sys.argv = ["lm-eval", *argv]
     try:
         cli_evaluate()
+    except (FileNotFoundError, ValueError, TypeError) as e:
+        if debug:
+            raise
+        print(f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} (--debug: the traceback)",
+              file=sys.stderr)
+        return 1
     finally:
         InfodiffLM.__init__ = orig
     for lm in made:
         summary = lm.choice_summary()
+        out = _output_path(argv)
+        if lm.rolling_records and out:
+            folder = out if not out.endswith(".json") else os.path.dirname(out) or "."
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, "infodiff_rolling.json"), "w") as f:
+                json.dump(lm.rolling_records, f, indent=1)
         if not summary:
             continue
         print("\ninfodiff: multiple-choice decisions (Monte Carlo error of acc, beside lm-eval's acc_stderr "
@@ -327,7 +359,6 @@ def main(argv=None) -> int:
                   f"{s['confidence']}, {s['forward_passes_per_question_mean']:.1f} forward passes per question "
                   f"(median {s['forward_passes_per_question_median']:.0f}), acc MC error "
                   f"{s['accuracy_mc_stderr']:.4f}, expected flips {s['expected_flips']:.3g}")
-        out = _output_path(argv)
         if out:
             os.makedirs(out if not out.endswith(".json") else os.path.dirname(out) or ".", exist_ok=True)
             path = os.path.join(out if not out.endswith(".json") else os.path.dirname(out) or ".",

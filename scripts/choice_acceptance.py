@@ -92,6 +92,27 @@ def main():
                               "coupled_passes_mean_same_questions": float(np.mean([r["forward_passes"]
                                                                                    for r in rows[:n]])),
                               "coupled_fraction_decided_same_questions": float(dec[:n].mean())}
+    # loglikelihood_rolling against evaluate.py's .txt mode on the same documents
+    from infodiff.data import text as text_data
+    from infodiff.harness import InfodiffLM
+    from lm_eval.api.instance import Instance
+
+    stream = text_data.decode(text_data.load_corpus().test)
+    docs = [stream[i * 997:i * 997 + 150].strip() for i in range(20)]
+    with open(os.path.join(a.out, "docs.txt"), "w") as f:
+        f.writelines(d + "\n" for d in docs)
+    docs_out = os.path.join(a.out, "evaluate_docs")
+    _run([py, "evaluate.py", "--workdir", a.workdir, f"--config.eval.input={a.out}/docs.txt"]
+         + ([f"--config.eval.output_dir={docs_out}"] if _has_output_dir() else []))
+    drows = [json.loads(ln) for ln in open(os.path.join(docs_out if _has_output_dir() else
+                                                        os.path.join(a.workdir, "scores", "docs.txt"), "rows.jsonl"))]
+    lm = InfodiffLM(run=run)
+    rolled = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (d,), 0, ("docs", i, 1))
+                                       for i, d in enumerate(docs)])
+    diff = np.abs(-np.array(rolled) - np.array([r["value"] for r in drows]))
+    res["rolling_vs_txt"] = {"documents": len(docs), "max_abs_diff_nats": float(diff.max()),
+                             "max_rel_diff": float((diff / np.array([r["value"] for r in drows])).max()),
+                             "total_nats": float(-np.sum(rolled))}
     with open(os.path.join(a.out, "acceptance.json"), "w") as f:
         json.dump(res, f, indent=1, default=float)
     print(json.dumps(res, indent=1, default=float))
