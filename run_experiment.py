@@ -1,43 +1,10 @@
-"""Run one experiment of the experiments package (experiments/) and write results.json / results.md / results.png.
+"""Run one experiment of arXiv 2510.24088 §5 (the installed ``infodiff-experiment``):
+infodiff/commands/experiment.py.
 
-  python run_experiment.py --config configs/exp_dna128.py --workdir results/dna128
-  python run_experiment.py --config configs/exp_markov_cond.py --workdir results/markov_cond
-  python run_experiment.py --config configs/exp_ood.py --workdir results/ood --config.ood.model_dir=runs/masked_text
-  python run_experiment.py --config configs/exp_variance.py --workdir results/variance
-
-Rerunning resumes the experiment's training from its last checkpoint.
+    python run_experiment.py --config configs/exp_dna128.py --workdir results/dna128
 """
 
-import os
-import sys
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-
-from absl import app, flags, logging  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
-
-config_flags.DEFINE_config_file("config", None, "Experiment config (configs/exp_*.py).", lock_config=True)
-flags.DEFINE_string("workdir", None, "Output directory (results and the training run).")
-flags.mark_flags_as_required(["config", "workdir"])
-FLAGS = flags.FLAGS
-
-
-def main(argv):
-    del argv
-    import experiments
-    from infodiff import config_usage, training
-
-    config_usage.check_overrides(FLAGS.config, config_usage.override_keys(sys.argv), entry="experiment")
-
-    training.quiet_library_logs()
-    results = experiments.run(FLAGS.config, FLAGS.workdir)
-    with open(results["files"]["md"]) as f:
-        print(f.read())
-    print("written:", ", ".join(results["files"].values()))
-
+from infodiff.commands import experiment
 
 if __name__ == "__main__":
-    logging.set_verbosity(logging.INFO)
-    from infodiff import cli
-
-    cli.run(main)
+    experiment.run()

@@ -24,7 +24,7 @@ from typing import Callable
 
 __all__ = ["define_distributed_flags", "start_distributed", "supervise_if_several", "compilation_cache_dir", "remove_damaged_cache_entries", "heal_unreadable_cache_entries",
            "condense_cache_warnings", "use_compilation_cache", "EXIT_ERROR", "EXIT_INTERRUPTED", "INTERRUPTED", "user_error_types", "one_line", "exit_on_user_error", "run", "config_flag_error",
-           "help_text", "HELP_FLAGS"]
+           "help_text", "HELP_FLAGS", "CONFIG_DIR", "config_names", "resolve_config", "resolve_config_arg"]
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
@@ -508,6 +508,43 @@ def config_flag_error(e: BaseException, argv: list[str]) -> str:
 HELP_FLAGS = ("-h", "--help", "-?", "--helpshort", "--helpfull")
 
 
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")  # shipped with the package
+
+
+def config_names() -> list[str]:
+    """The names of the configs shipped in :data:`CONFIG_DIR` (``masked_text``, ...)."""
+    return sorted(f[:-3] for f in os.listdir(CONFIG_DIR) if f.endswith(".py") and not f.startswith("_"))
+
+
+def resolve_config(spec: str) -> str:
+    """A ``--config`` value as a file ml_collections can load: ``PATH[:ARG]`` unchanged when PATH
+    is a file; else a shipped config by name, ``NAME[:ARG]``, ``NAME.py`` or ``configs/NAME.py``
+    (the checkout's spelling, from any directory), as its path in :data:`CONFIG_DIR`. Raises
+    FileNotFoundError naming the value and where the shipped configs are."""
+    path, sep, arg = spec.partition(":")
+    if os.path.isfile(path):
+        return spec
+    name = os.path.basename(path)
+    name = name[:-3] if name.endswith(".py") else name
+    parent = os.path.basename(os.path.dirname(os.path.normpath(path))) if os.sep in path or "/" in path else ""
+    if parent in ("", "configs") and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) \
+            and os.path.isfile(os.path.join(CONFIG_DIR, f"{name}.py")):
+        return os.path.join(CONFIG_DIR, f"{name}.py") + sep + arg
+    raise FileNotFoundError(f"--config {spec}: no such file and no shipped config of that name; give a config file "
+                            f"or a name of {CONFIG_DIR}/*.py (e.g. masked_text)")
+
+
+def resolve_config_arg(argv: list[str]) -> list[str]:
+    """``argv`` with its ``--config`` value resolved (:func:`resolve_config`)."""
+    out = list(argv)
+    for i, a in enumerate(out):
+        if a.startswith("--config="):
+            out[i] = "--config=" + resolve_config(a.split("=", 1)[1])
+        elif a == "--config" and i + 1 < len(out):
+            out[i + 1] = resolve_config(out[i + 1])
+    return out
+
+
 def _config_arg(argv: list[str]) -> str | None:
     for i, a in enumerate(argv):
         if a.startswith("--config="):
@@ -543,8 +580,7 @@ def help_text(argv: list[str], doc: str, default_config: str | None = None) -> s
         if wd is None and "--workdir" in argv and argv.index("--workdir") + 1 < len(argv):
             wd = argv[argv.index("--workdir") + 1]
         if wd:
-            here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-            spec = f"{os.path.join(here, 'configs', 'saved_run.py')}:{wd}"
+            spec = f"{os.path.join(CONFIG_DIR, 'saved_run.py')}:{wd}"
     if spec is None:
         out += ["", "config keys: give --config configs/<experiment>.py (or --workdir W) with --help to list "
                 "them; every config file's get_config() documents its keys"]
@@ -567,17 +603,48 @@ def help_text(argv: list[str], doc: str, default_config: str | None = None) -> s
     return "\n".join(out)
 
 
-def _parse_flags(argv: list[str]) -> list[str]:
-    """absl's flag parsing with every parse error as one line on stderr and exit status 1."""
+def _positional(argv: list[str]) -> list[str]:
+    """The arguments of ``argv[1:]`` that are neither a flag nor a flag's separate value."""
+    from absl import flags
+
+    out, skip = [], False
+    for a in argv[1:]:
+        if skip:
+            skip = False
+        elif a.startswith("-"):
+            name = a.lstrip("-").split("=", 1)[0]
+            skip = "=" not in a and name in flags.FLAGS and not flags.FLAGS[name].boolean
+        else:
+            out.append(a)
+    return out
+
+
+def _usage_exit(usage: str, what: str = "") -> None:
+    """One line, ``error: [what: ]usage; see --help``, and exit status 1."""
+    print(f"error: {what + ': ' if what else ''}{usage}; see --help", file=sys.stderr, flush=True)
+    sys.exit(EXIT_ERROR)
+
+
+def _parse_flags(argv: list[str], usage: str | None = None) -> list[str]:
+    """absl's flag parsing with every parse error as one line on stderr and exit status 1; a
+    positional argument or a missing required flag: ``usage`` (what to give), one line."""
     from absl import flags
 
     try:
-        return flags.FLAGS(argv)
+        rest = flags.FLAGS(argv)
     except Exception as e:
         if os.environ.get("INFODIFF_TRACEBACK"):
             raise
+        missing = re.findall(r"flag --(\w+)=None: Flag --\w+ must have a value other than None", str(e))
+        if usage and missing:
+            extra = _positional(argv)
+            _usage_exit(usage, f"unexpected argument {extra[0]!r}" if extra
+                        else "missing " + ", ".join(f"--{m}" for m in missing))
         print(config_flag_error(e, argv), file=sys.stderr, flush=True)
         sys.exit(EXIT_ERROR)
+    if usage and len(rest) > 1:
+        _usage_exit(usage, f"unexpected argument {rest[1]!r}")
+    return rest
 
 
 class _PlainFormatter:
@@ -662,7 +729,8 @@ def _debug_flag() -> bool:
     return True
 
 
-def run(main: Callable, default_config: str | None = None) -> None:
+def run(main: Callable, default_config: str | None = None, *, doc: str | None = None,
+        usage: str | None = None) -> None:
     """``absl.app.run`` of ``main`` with one-line user errors (:func:`exit_on_user_error`), also
     for errors raised while the flags are parsed (a misspelt ``--config.*`` key, a bad flag
     value, a config file that raises): one line, exit status 1. ``--help`` (any of
@@ -670,18 +738,31 @@ def run(main: Callable, default_config: str | None = None) -> None:
     compiled programs are kept between runs (:func:`use_compilation_cache`). ``--debug``: tracebacks and
     absl's log prefixes (both off by default). ``default_config``: the config file used when
     the command line names none (passed as ``--config=...`` so that its overrides are parsed
-    here, not when the flag is defined; define the config flag without a default)."""
+    here, not when the flag is defined; define the config flag without a default). A
+    ``--config`` value may name a shipped config (:func:`resolve_config`). ``doc``: the text of
+    ``--help`` (default: ``__main__``'s docstring). ``usage``: what to give, printed as one line
+    (exit status 1) for no arguments, a positional argument or a missing required flag."""
     from absl import app
     from absl import logging as absl_logging
 
+    debug = _debug_flag()
+    if usage and len(sys.argv) == 1:
+        _usage_exit(usage)
+    try:
+        sys.argv = resolve_config_arg(sys.argv)
+    except FileNotFoundError as e:
+        if debug:
+            raise
+        print(one_line(e), file=sys.stderr, flush=True)
+        sys.exit(EXIT_ERROR)
     if default_config and _config_arg(sys.argv) is None:
         sys.argv.insert(1, f"--config={default_config}")
 
-    if not _debug_flag():
+    if not debug:
         absl_logging.get_absl_handler().setFormatter(_PlainFormatter())
         absl_logging.get_absl_handler().addFilter(_ORBAX_FILTER)  # a failed save: our one line only
         main = _report_held_storage_errors(main)
     if any(a in HELP_FLAGS for a in sys.argv[1:]):
-        print(help_text(sys.argv, sys.modules["__main__"].__doc__ or "", default_config))
+        print(help_text(sys.argv, doc if doc is not None else sys.modules["__main__"].__doc__ or "", default_config))
         sys.exit(0)
-    app.run(exit_on_user_error(main), flags_parser=_parse_flags)
+    app.run(exit_on_user_error(main), flags_parser=functools.partial(_parse_flags, usage=usage))

@@ -230,7 +230,8 @@ class Run:
     ``checkpoint_step`` None).
 
     Attributes: ``workdir``, ``config``, ``task``, ``denoiser``, ``process`` (the estimator),
-    ``seq_len`` (L), ``checkpoint_step``, ``num_samples`` (per window, default
+    ``seq_len`` (L), ``checkpoint_step``, ``checkpoint_sha256`` (its state's SHA-256 written at save), ``num_samples``
+    (per window, default
     ``config.eval.input_samples``, else :data:`DEFAULT_INPUT_SAMPLES`), ``batch_size``, ``tokenizer``
     (how strings become ids, :class:`Tokenizer`: :data:`TEXT8` for the text configs); ``last_changed``: per row of the last call,
     {character: count} changed by cleaning; ``last_context``: per row, the prompt's tokens (with
@@ -239,9 +240,10 @@ class Run:
     """
 
     def __init__(self, workdir, config, task, denoiser, process, checkpoint_step, num_samples, batch_size,
-                 max_samples=DEFAULT_MAX_SAMPLES, tokenizer: Tokenizer = TEXT8):
+                 max_samples=DEFAULT_MAX_SAMPLES, tokenizer: Tokenizer = TEXT8, checkpoint_sha256=None):
         self.tokenizer = tokenizer
         self.max_samples = int(max_samples)
+        self.checkpoint_sha256 = checkpoint_sha256
         self.workdir, self.config, self.task, self.denoiser = workdir, config, task, denoiser
         self.process = process
         self.checkpoint_step = None if checkpoint_step is None else int(checkpoint_step)
@@ -562,4 +564,4 @@ def load_run(workdir: str, *, estimator: str | None = None, num_samples: int | N
         if cap < S:
             raise ValueError(f"config.eval.input_max_samples={cap} is below config.eval.input_samples={S}")
     return Run(workdir, config, task, den, process, meta["step"], S, int(ev.batch_size), cap,
-               tokenizer=getattr(task, "tokenizer", TEXT8))
+               tokenizer=getattr(task, "tokenizer", TEXT8), checkpoint_sha256=meta.get("state_sha256"))

@@ -287,6 +287,40 @@ def test_stale_lock_is_taken_over(tmp_path):
         assert lock.stale is None  # released cleanly last time
 
 
+def test_evaluating_before_the_first_checkpoint_says_whether_training_runs(tmp_path):
+    """No checkpoint yet: the one line says whether a training run holds train.lock (wait for
+    its first checkpoint, at train.ckpt_every) or none does (start it)."""
+    (tmp_path / "config.json").write_text(json.dumps({"train": {"ckpt_every": 250}}))
+    (tmp_path / training.CKPT_DIR).mkdir()
+    with pytest.raises(FileNotFoundError, match=r"no training is running there: start it .*at step 250"):
+        training.load_meta(tmp_path)
+    with training.WorkdirLock(tmp_path):
+        assert workdir_lib.lock_holder(tmp_path)["pid"] == os.getpid()
+        with pytest.raises(FileNotFoundError, match=rf"training is running there \(pid {os.getpid()} .*saved step 250"):
+            training.load_meta(tmp_path)
+    assert workdir_lib.lock_holder(tmp_path) is None  # released
+    (tmp_path / training.CKPT_DIR).rmdir()
+    with pytest.raises(FileNotFoundError, match="no training is running there") as e:
+        training.load_meta(tmp_path)
+    assert len(cli.one_line(e.value)) < 300
+
+
+def test_config_mismatch_line_names_the_first_differences(monkeypatch):
+    """A config that differs in many keys: one line under 300 characters naming the first
+    differences and how many more; --debug (INFODIFF_TRACEBACK) lists all."""
+    monkeypatch.delenv("INFODIFF_TRACEBACK", raising=False)
+    saved = {"config": {"model": {f"k{i}": i for i in range(12)}}}
+    new = {"model": {f"k{i}": i + 1 for i in range(12)}}
+    with pytest.raises(training.ConfigMismatchError) as e:
+        training.check_resumable(saved, new, {}, "/w/checkpoints/3")
+    line = cli.one_line(e.value)
+    assert len(line) < 300 and "model.k0: checkpoint=0 new=1" in line and "and 10 more (--debug shows all)" in line
+    monkeypatch.setenv("INFODIFF_TRACEBACK", "1")
+    with pytest.raises(training.ConfigMismatchError) as e:
+        training.check_resumable(saved, new, {}, "/w/checkpoints/3")
+    assert "model.k9: checkpoint=9 new=10" in str(e.value) and "more" not in str(e.value)
+
+
 def _cli_env(cache_dir):
     return dict(os.environ, JAX_PLATFORMS="cpu", JAX_COMPILATION_CACHE_DIR=cache_dir,
                 JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1",

@@ -139,7 +139,7 @@ def test_bound_values_are_declared_in_one_place():
 def test_legacy_key_tuples_follow_the_schema():
     """COMMON_KEYS, NETWORK_KEYS, ... (older tests and readers) are the schema's required keys."""
     assert set(report_lib.COMMON_KEYS) == {"version", "kind", "process", "units", "plots", "experiment", "seed",
-                                           "wall_time_s", "env", "argv", "git", "config"}
+                                           "wall_time_s", "env", "argv", "git", "config", "provenance"}
     assert "nll" in report_lib.NETWORK_KEYS and "cleaning" not in report_lib.INPUT_KEYS
     assert "stderr_at_1024_forward_passes" in report_lib.ROW_KEYS
 
@@ -177,6 +177,9 @@ def test_network_report_agrees(tiny_run):
     assert_flags_bad_copies(rep)
     assert rep["bound"] == "nelbo" and rep["units"]["nll"] == "nats per sequence"
     _check_bound(rep)
+    meta = training.load_meta(wd)  # provenance: the checkpoint and split evaluated
+    assert rep["provenance"]["checkpoint"] == {"step": rep["checkpoint_step"], "state_sha256": meta["state_sha256"]}
+    assert rep["provenance"]["data"]["sha256"] == rep["data"]["checksum"] is not None
 
 
 @pytest.mark.parametrize("kind", ["text", "ratios"])
@@ -200,6 +203,8 @@ def test_input_report_agrees(tiny_run, tmp_path, kind):
     assert ("cleaning" in rep) and (("target_se" in rep) == (kind == "text"))
     assert rep["bound"] == {"text": "nelbo", "ratios": "nelbo_difference"}[kind] and rep["units"]["nll"] == "nats per row"
     _check_bound(rep)
+    assert rep["provenance"]["data"] == {"path": rep["input"]["path"], "sha256": rep["input"]["sha256"]}
+    assert rep["provenance"]["checkpoint"]["state_sha256"] == training.load_meta(wd)["state_sha256"]
 
 
 @pytest.mark.slow

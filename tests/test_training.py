@@ -192,6 +192,7 @@ def test_resume_from_an_earlier_checkpoint_and_its_config_checks(tmp_path):
     assert sorted(int(p.name) for p in ckpts.iterdir()) == [10, 17]
     _, meta = load(tmp_path / "part", cfg)
     assert meta["step"] == 17 and meta["data_position"] == 17 and meta["seed"] == cfg.seed
+    assert meta["provenance"]["data"] == meta["data"] and meta["provenance"]["packages"]["infodiff"]  # who wrote it
     # ... and as if it had been killed before saving 17: resume from 10 recomputes 11..17.
     shutil.rmtree(ckpts / "17")
     resumed = train_run(cfg, tmp_path / "part", corpus)

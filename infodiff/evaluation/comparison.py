@@ -115,5 +115,7 @@ def evaluate_compare(config, workdir: str, other: str) -> tuple[dict, str]:
                   "rows_changed": int(sum(1 for ch in c.changed if ch)), "characters": all_changed},
         target=target, rows_preview=rows[:10], notes=notes or report_lib.ABSENT, files=files,
         plots=[p for p in files if p.endswith(".png")], plot_notes=plot_notes or report_lib.ABSENT,
-        **report_lib.common(config, int(ev.seed), t0))
+        **report_lib.common(config, int(ev.seed), t0,
+                            checkpoint={"a": inputs.run_checkpoint(run_a), "b": inputs.run_checkpoint(run_b)},
+                            data={"path": os.path.abspath(path), "sha256": inputs.sha256(path)}))
     return report_lib.Report(rep.to_dict(), attachments=attachments), out

@@ -31,12 +31,12 @@ import time
 
 import numpy as np
 
-from infodiff import scoring
+from infodiff import provenance, scoring
 from infodiff.validation import check_num_samples
 from infodiff.evaluation import intervals, plots
 from infodiff.evaluation import report as report_lib
 
-__all__ = ["read_input", "evaluate_input", "INPUT_UNITS", "row_attachments", "row_errors", "sha256"]
+__all__ = ["read_input", "evaluate_input", "INPUT_UNITS", "row_attachments", "row_errors", "sha256", "run_checkpoint"]
 
 INPUT_UNITS = ("line", "file")
 LN2 = math.log(2.0)
@@ -245,24 +245,35 @@ def _evaluate_counts(config, workdir, t0) -> tuple[dict, str]:
     out_dir = _out_dir(workdir, path)
     rep = _report(config, "counts", "-log P(x)", {"item": "example", "nll": "nats per example",
                                                   "bits": "bits per dimension"}, "nelbo",
-                  path, len(x), workdir, int(meta["step"]), D, est, summary, task.process_info(process),
+                  path, len(x), workdir, provenance.checkpoint_info(meta), D, est, summary, task.process_info(process),
                   None, rows, out_dir, t0)
     return rep, out_dir
 
 
-def _report(config, kind, quantity, units, bound, path, n_rows, workdir, step, model_length, est, summary, process_info,
-            cleaning, rows, out_dir, t0, interval=report_lib.ABSENT, figures=()) -> dict:
-    """The input report; ``figures``: more (file name, draw(binary file)) beside rows.png."""
+def run_checkpoint(run) -> dict | None:
+    """``{"step", "state_sha256"}`` of the checkpoint a :class:`scoring.Run` scores with (its
+    report's ``provenance.checkpoint``); None for an external denoiser (no checkpoint)."""
+    if run.checkpoint_step is None:
+        return None
+    return {"step": run.checkpoint_step, "state_sha256": run.checkpoint_sha256}
+
+
+def _report(config, kind, quantity, units, bound, path, n_rows, workdir, checkpoint, model_length, est, summary,
+            process_info, cleaning, rows, out_dir, t0, interval=report_lib.ABSENT, figures=()) -> dict:
+    """The input report; ``checkpoint``: :func:`provenance.checkpoint_info` of the checkpoint
+    scored with (None for an external denoiser); ``figures``: more (file name, draw(binary file))
+    beside rows.png."""
     ev = config.eval
+    sha = sha256(path)
     attachments, plot_notes = row_attachments(rows, [
         ("rows.png", lambda buf: plots.input_rows_png(buf, rows, kind, quantity, units.get("bits", "bits per character"))),
         *figures])
     files = [os.path.join(out_dir, name) for name in attachments]
     rep = report_lib.InputReport(
         quantity=quantity, bound=bound, process=process_info, units=units,
-        input={"path": os.path.abspath(path), "sha256": sha256(path), "format": kind,
+        input={"path": os.path.abspath(path), "sha256": sha, "format": kind,
                "unit": str(ev.get("input_unit", "line")), "rows": n_rows},
-        workdir=os.path.abspath(workdir), checkpoint_step=step,
+        workdir=os.path.abspath(workdir), checkpoint_step=None if checkpoint is None else checkpoint["step"],
         params="ema" if bool(ev.use_ema) else "raw", model_length=model_length,
         estimator=est.estimator, infinite_variance=bool(est.infinite_variance),
         num_samples_per_window=int(est.num_samples),
@@ -270,7 +281,8 @@ def _report(config, kind, quantity, units, bound, path, n_rows, workdir, step, m
         rows_preview=rows[:10], cleaning=report_lib.ABSENT if cleaning is None else cleaning,
         plot_notes=plot_notes or report_lib.ABSENT, interval=interval, files=files,
         plots=[p for p in files if p.endswith(".png")],
-        **report_lib.common(config, int(ev.seed), t0))
+        **report_lib.common(config, int(ev.seed), t0, checkpoint=checkpoint,
+                            data={"path": os.path.abspath(path), "sha256": sha}))
     out = report_lib.Report(rep.to_dict(), attachments=attachments)
     if est.few_samples and not est.infinite_variance:
         key = "eval.num_samples" if kind == "counts" else "eval.input_samples"
@@ -364,7 +376,7 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
         unseen = [r["id"] for r in rows if r["prompt_chars"] > 0 and r["context_chars"] == 0]
         summary.update(rows_prompt_cut=len(cut), rows_prompt_unseen=len(unseen))
     rep = _report(config, kind, quantity, {"item": "row", "nll": "nats per row"}, est.info["bound"], path, len(ids), workdir,
-                  run.checkpoint_step, run.seq_len, est, summary, run.task.process_info(run.process), cleaning,
+                  run_checkpoint(run), run.seq_len, est, summary, run.task.process_info(run.process), cleaning,
                   rows, out_dir, t0, **({} if oi is None else {
                       "interval": intervals.block(oi, chars, t_interval, count="rows", nelbo_total_stderr=est.total()[1]),
                       "figures": [("intervals.png", lambda buf: plots.intervals_png(buf, rows, quantity, oi.level))]}))
@@ -404,7 +416,7 @@ def _evaluate_choices(config, workdir, t0, path, ids, cols, run, order, read_not
     out_dir = _out_dir(workdir, path)
     rep = _report(config, "choices", "argmin over options of -log p(option | prompt), coupled; value: the margin "
                   "-log p(runner-up) + log p(choice)", {"item": "question", "nll": "nats per question"},
-                  "nelbo_difference", path, len(ids), workdir, run.checkpoint_step, run.seq_len,
+                  "nelbo_difference", path, len(ids), workdir, run_checkpoint(run), run.seq_len,
                   choices_eval.estimate_view(res, run.process), summary, run.task.process_info(run.process), cleaning,
                   rows, out_dir, t0)
     if read_notes:

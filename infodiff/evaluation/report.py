@@ -22,13 +22,14 @@ import platform
 import re
 import shutil
 import socket
-import subprocess
 import sys
 import time
 from typing import Callable, ClassVar
 
 import numpy as np
 
+from infodiff import provenance
+from infodiff.provenance import git_info
 from infodiff.training import workdir as workdir_lib
 
 __all__ = ["REPORT_VERSION", "COMMON_KEYS", "NETWORK_KEYS", "ORACLE_KEYS", "INPUT_KEYS", "ROW_KEYS", "TERMS", "env",
@@ -95,26 +96,19 @@ def env() -> dict:
             "python": platform.python_version(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
-def git_info(path: str | None = None) -> dict | None:
-    """``{"revision": commit sha, "dirty": uncommitted changes to tracked files}`` of the git
-    checkout holding ``path`` (default: this package), or None (not a checkout, or no git)."""
-    cwd = path or os.path.dirname(os.path.abspath(__file__))
-    try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
-        if rev.returncode != 0:
-            return None
-        st = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                            capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return {"revision": rev.stdout.strip(), "dirty": bool(st.stdout.strip()) if st.returncode == 0 else None}
-
-
-def common(config, seed: int, t0: float) -> dict:
+def common(config, seed: int, t0: float, *, checkpoint: dict | None = None, data: dict | None = None) -> dict:
     """The keys every report ends with (``experiment``: the config's name; ``argv``: the command
-    line; ``git``: :func:`git_info`)."""
+    line; ``git``: :func:`git_info`; ``provenance``: :func:`infodiff.provenance.collect` with the
+    ``checkpoint`` and ``data`` digests given, else, for a config with a ``data.path`` file, that
+    file's SHA-256)."""
+    path = str(config.get("data", {}).get("path", "") or "")
+    if data is None and path and os.path.isfile(path):
+        from infodiff.data import text as text_data
+
+        data = {"path": os.path.abspath(path), "sha256": text_data.sha256_file(path)}
     return {"experiment": str(config.get("experiment", "")), "seed": int(seed), "wall_time_s": time.time() - t0, "env": env(), "argv": list(sys.argv),
-            "git": git_info(), "config": json.loads(config.to_json_best_effort())}
+            "git": git_info(), "config": json.loads(config.to_json_best_effort()),
+            "provenance": provenance.collect(checkpoint=checkpoint, data=data)}
 
 
 def se_fields(est) -> dict:
@@ -394,6 +388,13 @@ class Provenance(Schema):
     argv: list = key("the command line")
     git: dict | None = key("`{\"revision\", \"dirty\"}` of the infodiff git checkout (null outside one)")
     config: dict = key("the resolved config")
+    provenance: dict = key("what made the report (infodiff/provenance.py): `packages` (versions of jax, jaxlib, flax, "
+                           "optax, orbax-checkpoint, numpy, scipy, ml-collections, infodiff), `python`, `host`, "
+                           "`devices` (`platform`, `kind`, `count`), `processes`, `checkpoint` (`step`, "
+                           "`state_sha256`: the SHA-256 of its state's arrays written at save; null in oracle mode and for an "
+                           "external denoiser; `--compare`: `{a, b}`), "
+                           "`data` (the split's `sha256` or the input or table file's; null for generated data), "
+                           "`argv`, `git` (`revision`, `dirty`; 'not a git checkout' when installed)")
 
 
 def _network_se(r) -> str:

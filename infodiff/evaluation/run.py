@@ -22,7 +22,7 @@ import numpy as np
 from absl import logging
 
 from infodiff import likelihood as lk
-from infodiff import parallel, tasks, training
+from infodiff import parallel, provenance, tasks, training
 from infodiff.evaluation import report as report_lib
 
 __all__ = ["evaluate", "evaluate_network", "evaluate_oracle", "MODES"]
@@ -36,9 +36,8 @@ def _check_saved_config(config, workdir: str) -> None:
     diff = training.config_differences(saved, json.loads(config.to_json_best_effort()), ignore_new_keys=True)
     if diff:
         raise training.ConfigMismatchError(
-            f"the config differs from the one {workdir!r} was trained with in: {', '.join(diff)} "
-            "(evaluate with the run's own config: `evaluate.py --workdir W` without --config; "
-            "only eval.* may be overridden)")
+            f"the config differs from the one {workdir!r} was trained with in: {training.listed(diff)} "
+            "(only eval.* may be overridden: give --workdir W without --config)")
 
 
 def _mtime_ns(path: str) -> int | None:
@@ -158,7 +157,9 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
         warnings=report_lib.worse_than_uniform(s["mean"], s["stderr"], task.uniform_nll, u["nll"]),
         samples=gen.get("samples", []), sampler=gen.get("sampler"), sample_steps=gen.get("sample_steps", 0),
         extras=extras, plots=plots + curves, plot_notes=notes, **blocks,
-        **report_lib.common(config, int(ev.seed), t0)).to_dict()
+        **report_lib.common(config, int(ev.seed), t0, checkpoint=provenance.checkpoint_info(meta),
+                            data={"name": data_info.get("name"), "split": data_info.get("split"),
+                                  "sha256": data_info.get("checksum")})).to_dict()
 
 
 def evaluate_oracle(config: ml_collections.ConfigDict) -> dict:

@@ -392,12 +392,11 @@ def registration(config: ml_collections.ConfigDict) -> Registration:
 
 
 def repo_config(module: str, overrides: dict) -> ml_collections.ConfigDict:
-    """``configs/<module>.py``'s ``get_config()`` with ``overrides`` ({'section.key': value})
-    applied: the registrations' ``tiny_config`` (needs the repository root on ``sys.path``, as
-    the entry points and the test suite have it)."""
+    """``infodiff/configs/<module>.py``'s ``get_config()`` with ``overrides`` ({'section.key':
+    value}) applied: the registrations' ``tiny_config``."""
     import importlib
 
-    config = importlib.import_module(f"configs.{module}").get_config()
+    config = importlib.import_module(f"infodiff.configs.{module}").get_config()
     for dotted, value in overrides.items():
         section, key = dotted.split(".")
         config[section][key] = value

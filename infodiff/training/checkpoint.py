@@ -63,6 +63,7 @@ __all__ = [
     "CheckpointError",
     "ConfigMismatchError",
     "state_digest",
+    "listed",
     "seal_checkpoints",
     "newest_verified",
     "quarantine",
@@ -175,6 +176,17 @@ def config_differences(saved: Mapping, new: Mapping, ignore_new_keys: bool = Fal
     return diff
 
 
+SHOWN_DIFFERENCES = 4  # config keys a mismatch line names (all of them with --debug)
+
+
+def listed(items: list[str], shown: int = SHOWN_DIFFERENCES) -> str:
+    """``items`` joined by ', ' for a one-line error: the first ``shown`` and how many more, all of
+    them under ``--debug`` (``INFODIFF_TRACEBACK`` set, infodiff/cli.py)."""
+    if len(items) <= shown or os.environ.get("INFODIFF_TRACEBACK"):
+        return ", ".join(items)
+    return f"{', '.join(items[:shown])} and {len(items) - shown} more (--debug shows all)"
+
+
 def check_resumable(saved_meta: Mapping, config_dict: Mapping, checksums: Mapping, where: str) -> None:
     """Raise ConfigMismatchError unless a run with ``config_dict`` on data with ``checksums`` may
     continue the checkpoint whose metadata is ``saved_meta`` (``where``: its path, for the message).
@@ -185,12 +197,12 @@ def check_resumable(saved_meta: Mapping, config_dict: Mapping, checksums: Mappin
     diff = config_differences(saved_meta.get("config", {}), config_dict)
     if diff:
         old, new = _flatten(saved_meta["config"]), _flatten(config_dict)
-        detail = "; ".join(f"{k}: checkpoint={old.get(k, '<missing>')!r} new={new.get(k, '<missing>')!r}"
-                           for k in diff)
+        detail = listed([f"{k}: checkpoint={old.get(k, '<missing>')!r} new={new.get(k, '<missing>')!r}"
+                         for k in diff], 2)
         raise ConfigMismatchError(
-            f"cannot resume from {where}: the config differs in {diff} ({detail}). Only "
-            f"{list(RESUMABLE_KEYS)} and eval.* may change on resume; use a new --workdir for a "
-            f"different experiment"
+            f"cannot resume from {where}: the config differs in {len(diff)} key{'s' * (len(diff) != 1)} "
+            f"({detail}). Only "
+            "eval.* and training.RESUMABLE_KEYS (e.g. optim.lr) may change on resume; else use a new --workdir"
         )
     saved_sums = saved_meta.get("data", {}).get("checksums")
     if saved_sums not in (None, dict(checksums)):
@@ -364,8 +376,8 @@ def _disagreement(meta: Mapping, config_dict: Mapping | None, prefixes: tuple = 
     if not diff:
         return ""
     old, new = _flatten(meta.get("config", {})), _flatten(config_dict)
-    return "; ".join(f"{k}: config={new.get(k, '<missing>')!r} checkpoint={old.get(k, '<missing>')!r}"
-                     for k in diff)
+    return listed([f"{k}: config={new.get(k, '<missing>')!r} checkpoint={old.get(k, '<missing>')!r}"
+                   for k in diff], 2)
 
 
 def restore_checkpoint(mngr: ocp.CheckpointManager, step: int,
@@ -410,8 +422,7 @@ def restore_checkpoint(mngr: ocp.CheckpointManager, step: int,
     if detail:
         raise ConfigMismatchError(
             f"the config and checkpoint step {step} ({d}) disagree: {detail}. The checkpoint "
-            "is not damaged: use the config it was trained with (evaluate.py --workdir W without "
-            "--config; W/config.json unedited) or a new --workdir")
+            "is not damaged: use its own config (--workdir W alone, W/config.json unedited)")
     try:
         state = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state))).state
     except Exception as e:
@@ -420,8 +431,7 @@ def restore_checkpoint(mngr: ocp.CheckpointManager, step: int,
         if detail:
             raise ConfigMismatchError(
                 f"the config and checkpoint step {step} ({d}) disagree: {detail}. The checkpoint "
-                "is not damaged: use the config it was trained with (evaluate.py --workdir W without "
-                "--config; W/config.json unedited) or a new --workdir") from e
+                "is not damaged: use its own config (--workdir W alone, W/config.json unedited)") from e
         raise CheckpointError(f"checkpoint step {step}: its state {state_path} cannot be read into the "
                               f"model the config builds ({_one_line(e)})", step, state_path) from e
     if "state_sha256" in meta and state_digest(state) != meta["state_sha256"]:
@@ -548,6 +558,22 @@ def _agree(step: int | None, vanished: int) -> tuple[bool, bool]:
     return same and every[0, 0] >= 0, bool(np.any(every[:, 1] > 0)) or not same
 
 
+def _no_checkpoint_yet(workdir: str) -> str:
+    """What to do about a workdir without a checkpoint: wait for the training run holding its
+    ``train.lock`` (:func:`workdir.lock_holder`) to save its first one, or start training."""
+    try:
+        every = int(saved_config(workdir)["train"]["ckpt_every"])
+    except (OSError, ValueError, KeyError, TypeError):
+        every = None
+    first = f"step {every} (train.ckpt_every)" if every else "its first checkpoint"
+    owner = workdir_lib.lock_holder(workdir)
+    if owner is not None:
+        return (f"training is running there (pid {owner.get('pid', '?')} on host {owner.get('host', '?')} holds "
+                f"{workdir_lib.LOCK_NAME}): evaluate again once it has saved {first}")
+    return (f"no training is running there: start it (infodiff-train or train.py, same --workdir); first "
+            f"checkpoint at {first}")
+
+
 def _read(workdir: str, step: int | None, abstract_fn, config_dict=None) -> tuple[Any, dict]:
     """Read checkpoint ``step`` (default: the newest that passes verification) as a reader: no
     lock taken, nothing created, moved or deleted. A live writer may delete listed checkpoints
@@ -555,12 +581,14 @@ def _read(workdir: str, step: int | None, abstract_fn, config_dict=None) -> tupl
     and a deleted checkpoint is never reported as a damaged one."""
     directory = os.path.join(os.path.abspath(os.fspath(workdir)), CKPT_DIR)
     if not os.path.isdir(directory):
-        raise FileNotFoundError(f"no checkpoints in {os.fspath(workdir)!r} (expected {directory})")
+        raise FileNotFoundError(f"no checkpoints in {os.fspath(workdir)} yet; {_no_checkpoint_yet(workdir)}")
     abstract = None
     for attempt in range(_READ_ATTEMPTS):
         mngr = _list_steps(directory)
         try:
             steps = mngr.all_steps()
+            if not steps and step is None:
+                raise FileNotFoundError(f"no checkpoints in {os.fspath(workdir)} yet; {_no_checkpoint_yet(workdir)}")
             if not steps or (step is not None and step not in steps):
                 raise FileNotFoundError(
                     f"checkpoint step {step if step is not None else 'latest'} not found in {directory} "

@@ -32,7 +32,7 @@ from absl import logging
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from infodiff import parallel
+from infodiff import parallel, provenance
 from infodiff.training import checkpoint as ckpt
 from infodiff.training import guard as guard_lib
 from infodiff.training import state as state_lib
@@ -453,6 +453,7 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
     batch_shape = (int(tr.batch_size),) + tuple(np.shape(valid_batches)[2:])  # [B, L] or [B, D]
     my_rows = parallel.process_rows(batch_sharding, batch_shape)  # read by this process only
     meta = {"seed": int(config.seed), "config": ckpt.config_json_dict(config), **task.meta()}
+    meta["provenance"] = provenance.collect(data=meta.get("data"))  # what wrote the checkpoints
 
     # ---- the divergence guard (guard.py) ----
     check_batch = parallel.global_batch(valid_batches[0][my_rows], batch_sharding, valid_batches[0].shape)

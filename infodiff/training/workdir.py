@@ -31,7 +31,7 @@ from infodiff import files
 
 __all__ = ["LOCK_NAME", "STORAGE_ERRNOS", "StorageError", "WorkdirLockedError", "WorkdirLock",
            "storage_error", "storage_guard", "atomic_write_text", "atomic_write_bytes", "clean_tmp_checkpoints",
-           "TMP_MARKER"]
+           "TMP_MARKER", "lock_holder"]
 
 LOCK_NAME = "train.lock"
 TMP_MARKER = ".orbax-checkpoint-tmp"
@@ -146,6 +146,28 @@ def clean_tmp_checkpoints(directory: str) -> list[str]:
             shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else os.unlink(p)
             removed.append(p)
     return removed
+
+
+def lock_holder(workdir: str) -> dict | None:
+    """The record ``{"host", "pid", "since"}`` of the live process holding ``<workdir>/train.lock``
+    (a training run writing the workdir: :class:`WorkdirLock`), or None when no process holds it
+    (none, finished, killed, or no lock file). Reads only: creates and locks nothing."""
+    path = os.path.join(os.fspath(workdir), LOCK_NAME)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return WorkdirLock._owner(os.pread(fd, 4096, 0).decode("utf-8", "replace")) or {}
+        except OSError:
+            return None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
 
 
 class WorkdirLock:

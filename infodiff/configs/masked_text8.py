@@ -12,7 +12,7 @@ The batch is split over every device of every process (it must divide by the dev
 config.train.mesh.fsdp > 1 also splits the parameters (README "Running on a pod").
 """
 
-from configs import masked_text
+from infodiff.configs import masked_text
 
 
 def get_config():

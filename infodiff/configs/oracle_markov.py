@@ -10,7 +10,7 @@ Without data.path a random chain (rows softmax(u / 0.5), as the I-MDCE paper sta
 
 import ml_collections
 
-from configs import oracle_common
+from infodiff.configs import oracle_common
 
 
 def get_config() -> ml_collections.ConfigDict:

@@ -15,7 +15,7 @@ text8), optionally --config.process.schedule=geometric. For conditionals -log p(
 --config.process.clean_prefix_prob=0.5.
 """
 
-from configs import sedd_absorb_text
+from infodiff.configs import sedd_absorb_text
 
 
 def get_config():

@@ -10,7 +10,7 @@ report.json gives the exact entropy, the model's test NLL +- SE (nats / example)
 Wasserstein-1 distance of 10,000 generated samples (increment sampler) to the true pmf.
 """
 
-from configs import poisson_common
+from infodiff.configs import poisson_common
 
 
 def get_config():

@@ -24,7 +24,7 @@ Measured: see RESULTS.md (Poisson oracle lines) and docs/poisson.md §3.5.
 
 import ml_collections
 
-from configs import poisson_common
+from infodiff.configs import poisson_common
 
 
 def get_config():

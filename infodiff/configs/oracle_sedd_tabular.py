@@ -10,7 +10,7 @@ number of steps grows. Without data.path a random DNA-style table is generated f
 
 import ml_collections
 
-from configs import oracle_common, oracle_tabular
+from infodiff.configs import oracle_common, oracle_tabular
 
 
 def get_config() -> ml_collections.ConfigDict:

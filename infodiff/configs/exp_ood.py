@@ -7,7 +7,7 @@ Prompts: 32 characters of held-out text; responses: the true next 32 characters 
 characters of Python's documentation (a second real corpus) or the word-shuffled truth.
 """
 
-from configs import masked_text
+from infodiff.configs import masked_text
 
 
 def get_config():

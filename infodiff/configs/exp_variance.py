@@ -7,7 +7,7 @@ there if missing, or resumed); empty: trained in this workdir. Paper protocol: 3
 coupled vs decoupled log-ratio at 5/10/15/20 samples, 8 repeats (Table 1b).
 """
 
-from configs import exp_markov_cond
+from infodiff.configs import exp_markov_cond
 
 
 def get_config(variant: str = ""):

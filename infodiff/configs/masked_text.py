@@ -7,7 +7,7 @@ Makes visible progress in minutes on a 2-core CPU; see README for measured numbe
 
 import ml_collections
 
-from configs import common
+from infodiff.configs import common
 
 
 # eval keys of the any-order likelihood (infodiff/orders.py): masked runs only.

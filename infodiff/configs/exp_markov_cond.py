@@ -13,7 +13,7 @@ python run_experiment.py --config configs/exp_markov_cond.py:paper --workdir res
     --config.toy.table=PATH/TO/markov_data_table.json
 """
 
-from configs import exp_dna128
+from infodiff.configs import exp_dna128
 
 PAPER = dict(exp_dna128.PAPER_COMMON, **{"train.batch_size": 1024, "train.num_steps": 80_000, "optim.lr": 6e-4, "optim.weight_decay": 0.01,
                                          "train.eval_every": 5000, "train.ckpt_every": 5000})

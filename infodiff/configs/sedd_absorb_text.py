@@ -21,7 +21,7 @@ EMA 0.9999; SEDD Absorb <= 1.39 bpc), for accelerators with a real text8 file:
 
 import ml_collections
 
-from configs import masked_text
+from infodiff.configs import masked_text
 
 
 def get_config() -> ml_collections.ConfigDict:

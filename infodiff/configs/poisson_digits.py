@@ -9,7 +9,7 @@ with a categorical lattice head; data mapped to [1, 2] (paper's Dn). report.json
 NLL in bits per dimension (64 dims) +- SE and samples.png (increment sampler).
 """
 
-from configs import poisson_common
+from infodiff.configs import poisson_common
 
 
 def get_config():

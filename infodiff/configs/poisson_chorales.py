@@ -10,7 +10,7 @@ over time) with a categorical lattice head. report.json gives the test NLL in bi
 dimension (46 x 32 = 1472 dims) +- SE and samples.png (piano rolls, increment sampler).
 """
 
-from configs import poisson_common
+from infodiff.configs import poisson_common
 
 
 def get_config():

@@ -9,7 +9,7 @@ on the text8 test split (SEDD Table 2). Needs a real text8 file:
   python evaluate.py --workdir runs/sedd_text8
 """
 
-from configs import masked_text8, sedd_absorb_text
+from infodiff.configs import masked_text8, sedd_absorb_text
 
 
 def get_config():

@@ -41,7 +41,7 @@ def get_config(workdir: str) -> ml_collections.ConfigDict:
         raise ValueError(f"{path} must hold a JSON object (the run's config); got {type(saved).__name__}")
     experiment = saved.get("experiment", "")
     try:
-        module = importlib.import_module(f"configs.{experiment}") if experiment else None
+        module = importlib.import_module(f"infodiff.configs.{experiment}") if experiment else None
     except ImportError:
         module = None
     if module is not None and hasattr(module, "get_config"):

@@ -8,7 +8,7 @@ the released optimiser: 2500 linear warmup steps then constant, b2 0.999, EMA 0.
 python run_experiment.py --config configs/exp_dna128.py:paper --workdir results/dna128_paper
 """
 
-from configs import masked_text
+from infodiff.configs import masked_text
 
 # The released optimiser and model of arXiv 2510.24088's toys (shared by both toy configs).
 PAPER_COMMON = {

@@ -36,7 +36,7 @@ import scipy.stats
 
 from infodiff import denoisers
 from infodiff import likelihood as lk
-from infodiff import oracles, tasks, training
+from infodiff import oracles, provenance, tasks, training
 from infodiff import schedules as schedules_lib
 from infodiff.data import text as text_data
 from infodiff.validation import check_num_samples, validate_tokens
@@ -111,13 +111,21 @@ def train_model(config, workdir: str, corpus) -> Denoiser:
     return task.denoiser(state.ema_params)
 
 
-def write_results(outdir: str, results: dict, markdown: str, fig=None, name: str = "results"):
-    """results.json, results.md and results.png (if fig) in outdir; returns the paths."""
+def write_results(outdir: str, results: dict, markdown: str, fig=None, name: str = "results",
+                  model_dir: str | None = None):
+    """results.json (with ``provenance``: :func:`infodiff.provenance.collect`, the checkpoint being
+    the newest of ``model_dir``, default ``outdir/train``, when there is one), results.md and
+    results.png (if fig) in outdir; returns the paths."""
     os.makedirs(outdir, exist_ok=True)
     paths = {}
     paths["json"] = os.path.join(outdir, f"{name}.json")
+    model_dir = model_dir or os.path.join(outdir, "train")
+    checkpoint = None
+    if os.path.isdir(os.path.join(model_dir, training.CKPT_DIR)):
+        meta = training.load_meta(model_dir)
+        checkpoint = dict(provenance.checkpoint_info(meta), workdir=os.path.abspath(model_dir))
     with open(paths["json"], "w") as f:
-        json.dump(results, f, indent=2)
+        json.dump(dict(results, provenance=provenance.collect(checkpoint=checkpoint)), f, indent=2)
     paths["md"] = os.path.join(outdir, f"{name}.md")
     with open(paths["md"], "w") as f:
         f.write(markdown + "\n")
@@ -440,7 +448,7 @@ def run_ood(config, workdir: str) -> dict:
         ax.set_xlabel(f"-log p(y | x), nats per {R} chars")
         ax.set_title(f"AUROC {out[name]['auroc']:.3f}")
         ax.legend()
-    results["files"] = write_results(workdir, results, md, fig)
+    results["files"] = write_results(workdir, results, md, fig, model_dir=str(oc.model_dir) or None)
     return results
 
 
@@ -562,7 +570,8 @@ def run_variance(config, workdir: str) -> dict:
     ax.set_ylabel("variance (nats²)")
     ax.set_title("Markov-4 conditional NLL, exact oracle")
     ax.legend()
-    results["files"] = write_results(workdir, results, "\n".join(md), fig)
+    results["files"] = write_results(workdir, results, "\n".join(md), fig,
+                                     model_dir=os.path.join(vc.get("model_workdir", "") or workdir, "train"))
     return results
 
 

@@ -6,7 +6,7 @@ As configs/sedd_absorb_text8.py with process.graph = 'uniform' and SEDD's geomet
   python train.py --config configs/sedd_uniform_text8.py --workdir runs/sedd_u_text8 --config.data.path=/data/text8
 """
 
-from configs import sedd_absorb_text8
+from infodiff.configs import sedd_absorb_text8
 
 
 def get_config():

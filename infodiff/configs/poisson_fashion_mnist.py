@@ -16,7 +16,7 @@ blocks and attention, Adam lr 2e-5, 600 epochs): e.g.
 (this U-Net-lite has two resolutions only; a paper-size backbone is not implemented).
 """
 
-from configs import poisson_common
+from infodiff.configs import poisson_common
 
 
 def get_config():

@@ -8,7 +8,7 @@ is generated from data.seed and written next to the report.
 
 import ml_collections
 
-from configs import oracle_common
+from infodiff.configs import oracle_common
 
 
 def get_config() -> ml_collections.ConfigDict:

@@ -2,7 +2,7 @@
 core package: ``python run_experiment.py --config configs/exp_<name>.py --workdir results/<name>``.
 They use only the public API of :mod:`infodiff`."""
 
-from experiments.paper import (auroc, error_stats, exact_time_free_values, markov_chain, md_table, python_docs_text,
+from infodiff.experiments.paper import (auroc, error_stats, exact_time_free_values, markov_chain, md_table, python_docs_text,
                                run, toy_corpus, train_model, write_results)
 
 __all__ = ["auroc", "error_stats", "exact_time_free_values", "markov_chain", "md_table", "python_docs_text", "run",

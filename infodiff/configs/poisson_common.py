@@ -5,7 +5,7 @@ Groups: data / process / model / optim / train / eval (see infodiff/tasks/poisso
 
 import ml_collections
 
-from configs import common
+from infodiff.configs import common
 
 
 def estimator_settings(ev: ml_collections.ConfigDict) -> None:

@@ -10,7 +10,7 @@ the conditional -log p(y | x) of the response given the prompt.
 
 import ml_collections
 
-from configs import oracle_common, oracle_markov
+from infodiff.configs import oracle_common, oracle_markov
 
 
 def get_config() -> ml_collections.ConfigDict:

@@ -1,0 +1,84 @@
+"""Likelihood report with standard errors.
+
+  infodiff-evaluate --workdir runs/masked_text                        # installed; or python evaluate.py
+  python evaluate.py --workdir runs/masked_text                       # trained model, test split
+  python evaluate.py --workdir runs/masked_text --config.eval.estimator=k_dce --config.eval.num_samples=8
+  python evaluate.py --config configs/oracle_tabular.py --config.data.path=FILE.json
+  python evaluate.py --config configs/oracle_markov.py
+  python evaluate.py --workdir runs/sedd_absorb                       # SEDD: the I-MDSE likelihood
+  python evaluate.py --config configs/oracle_sedd_tabular.py          # SEDD with exact scores
+  python evaluate.py --workdir runs/pois_digits                       # Poisson: nats / example, bits / dim
+  python evaluate.py --config configs/oracle_poisson.py --config.data.distribution=zipf
+  python evaluate.py --config configs/oracle_poisson.py --config.data.path=pmf.json   # {count: probability}
+  python evaluate.py --workdir W1 --compare W2 --config.eval.input=docs.txt   # two runs, paired difference
+
+Prints the table, then writes report.json (schema in docs/report.md) and report.txt into the
+workdir (or config.eval.output_dir in oracle mode; with eval.input W/scores/<file>/ with the
+rows.* files), as one unit (both from this run or both from the previous one, even after a
+kill -9). The newest checkpoint that passes verification is evaluated (a corrupted newer one is
+named in a warning and skipped; one that a training run writing the workdir deletes while it is
+read is not: the checkpoints are listed again). Errors
+(including a read-only or full output directory, after the table is printed) are one line on
+stderr and exit status 1. ``--config`` takes a file or the name of a shipped config
+(infodiff/configs/: oracle_markov, ...).
+"""
+
+import os
+import sys
+
+from absl import flags, logging
+from ml_collections import config_flags
+
+from infodiff import cli  # imports nothing heavy
+
+
+USAGE = "give --workdir W (a training run) or --config NAME or FILE (e.g. oracle_markov)"
+
+
+def _default_config_from_workdir(argv):
+    """Without --config, evaluate the run's own saved config (infodiff/configs/saved_run.py:WORKDIR)."""
+    if any(a == "--config" or a.startswith("--config=") for a in argv):
+        return argv
+    workdir = None
+    for i, a in enumerate(argv):
+        if a.startswith("--workdir="):
+            workdir = a.split("=", 1)[1]
+        elif a == "--workdir" and i + 1 < len(argv):
+            workdir = argv[i + 1]
+    if workdir is None:
+        return argv
+    return argv[:1] + [f"--config={os.path.join(cli.CONFIG_DIR, 'saved_run.py')}:{workdir}"] + argv[1:]
+
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file("config", None, "Experiment config file (default: the run's saved config).",
+                                lock_config=True)
+flags.DEFINE_string("workdir", None, "Training run directory (network mode).")
+flags.mark_flag_as_required("config")  # --workdir alone gives the run's saved config
+cli.define_distributed_flags()
+cli.define_compare_flag()
+
+
+def main(argv):
+    del argv
+    if not cli.start_distributed():  # one of several processes (README "Running on a pod"); else nothing
+        cli.use_cpu_cores_as_devices()  # one process: the estimator calls split over the cores
+    from infodiff import config_usage, evaluation, parallel, training  # one path for every process and mode
+
+    training.quiet_library_logs()
+    config_usage.check_overrides(FLAGS.config, config_usage.override_keys(sys.argv),
+                                 entry="compare" if FLAGS.compare else "evaluate")
+
+    report, out_dir = evaluation.evaluate(FLAGS.config, FLAGS.workdir, FLAGS.compare)
+    if not parallel.is_primary():
+        return  # process 0 prints and writes the report
+    print(evaluation.format_report(report))  # printed first: a failed write loses nothing
+    jpath, _ = evaluation.write_report(report, out_dir)
+    print(f"\nreport written to {jpath}")
+
+
+def run() -> None:
+    """The ``infodiff-evaluate`` command (and ``python evaluate.py``)."""
+    logging.set_verbosity(logging.WARNING)
+    sys.argv = _default_config_from_workdir(sys.argv)
+    cli.run(main, doc=__doc__, usage=USAGE)
