@@ -13,13 +13,21 @@ all options, so the decision rests on the noise of the differences). The chosen 
 with the smallest mean NELBO; its margin over option j is the mean of the per-sample differences
 ``NELBO_j - NELBO_chosen`` (nats).
 
-**Adaptive stopping.** Rounds of samples (the first ``num_samples`` per option, default the
+**Adaptive stopping.** Rounds of samples (the first ``num_samples`` per option, default twice the
 estimator's ``min_samples``; then as many as drawn so far, doubling) are drawn for the questions not
 yet decided, until the chosen option beats every other one with one-sided Student-t tests at
 level ``alpha = (1 - confidence) / ((n - 1) * looks)`` each (Bonferroni over the n - 1 rivals and
 the ``looks`` = 1 + ceil(log2(max_samples / num_samples)) possible rounds, so optional stopping
 keeps P(wrong decision) <= 1 - confidence per question), or ``max_samples`` per option are spent
-(then ``decided`` is False and the choice is the current best). ``adaptive=False`` draws
+(default the larger of 128, LLaDA's fixed budget, and 4 x the first round; then ``decided`` is
+False and the choice is the current best).
+
+*Why not min_samples.* ``min_samples`` is where an estimator's SE covers at 95 %; a decision rests
+on the t distribution's far tail (level ~0.4 % for 4 options and 4 rounds), which heavy-tailed
+per-sample values reach later: against an exact Markov chain (scripts/choice_oracle.py, 200
+questions), a first round of 16 (k_dce's min_samples) made 2 wrong decisions among 98, one at 16
+samples with its margin 5.5 SE from the exact value; a first round of 32 made none among 95 at
+nearly the same cost (RESULTS.md, "Multiple choice"). ``adaptive=False`` draws
 ``num_samples`` per option once (a fixed budget) and applies the same test.
 
 **MC error of the accuracy.** ``p_flip`` per question: the probability that its decision would
@@ -41,9 +49,18 @@ import scipy.stats
 
 from infodiff import likelihood as lk
 
-__all__ = ["Choices", "choose", "choose_tokens", "check_settings", "looks", "decision_level", "DEFAULT_MAX_SAMPLES"]
+__all__ = ["Choices", "choose", "choose_tokens", "check_settings", "looks", "decision_level", "default_samples",
+           "DEFAULT_MAX_SAMPLES"]
 
-DEFAULT_MAX_SAMPLES = 128  # the cap per option: LLaDA's fixed budget, so adaptive never costs more
+DEFAULT_MAX_SAMPLES = 128  # the least default cap per option: LLaDA's fixed budget (k_dce: adaptive never costs more)
+FIRST_FACTOR = 2  # the first round: 2 x the estimator's min_samples (module docstring, "Why not min_samples")
+
+
+def default_samples(process) -> tuple[int, int]:
+    """(first round, cap) per option for ``process``: 2 x its ``min_samples`` (k_dce 32), and the
+    larger of :data:`DEFAULT_MAX_SAMPLES` and 4 x the first round (k_dce 128)."""
+    first = FIRST_FACTOR * int(process.min_samples)
+    return first, max(DEFAULT_MAX_SAMPLES, 4 * first)
 CHOICE_STREAM = 0xC401CE  # fold_in of a call's key for its choices: draws apart from the other methods'
 
 
@@ -183,8 +200,8 @@ def choose(run, prompts, choices, *, answers=None, confidence: float = 0.95, num
     """Pick the most likely option of each question (module docstring); ``run`` an
     :class:`infodiff.scoring.Run`. ``prompts``: Q strings; ``choices``: Q lists of >= 2 strings;
     ``answers``: optional Q option indices. ``num_samples``: the first round's samples per option
-    (default the estimator's ``min_samples``; the whole budget with ``adaptive=False``);
-    ``max_samples``: the cap per option (default :data:`DEFAULT_MAX_SAMPLES`, 128). Same seed, same questions ->
+    (default :func:`default_samples`: k_dce 32; the whole budget with ``adaptive=False``);
+    ``max_samples``: the cap per option (default :func:`default_samples`: k_dce 128). Same seed, same questions ->
     same decisions. Raises TypeError / ValueError for malformed questions, answers out of range,
     bad settings, or options of one question that need different numbers of windows."""
     from infodiff import scoring
@@ -197,8 +214,9 @@ def choose(run, prompts, choices, *, answers=None, confidence: float = 0.95, num
         if isinstance(c, str) or len(c) < 2:
             raise ValueError(f"choices[{i}] must be a list of at least 2 option strings, got {c!r:.80}")
     Q = len(choices)
-    first = int(run.process.min_samples) if num_samples is None else num_samples
-    cap = (DEFAULT_MAX_SAMPLES if max_samples is None else max_samples) if adaptive else first
+    d_first, d_cap = default_samples(run.process)
+    first = d_first if num_samples is None else num_samples
+    cap = (max(d_cap, first) if max_samples is None else max_samples) if adaptive else first
     if not adaptive and max_samples is not None and max_samples != first:
         raise ValueError("max_samples applies to adaptive=True only (adaptive=False draws num_samples once)")
     check_settings(confidence, first, cap)

@@ -86,7 +86,8 @@ class InfodiffLM(LM):
     model_args: ``workdir`` (a training run; or ``run=`` a :class:`infodiff.scoring.Run` from
     Python, e.g. :func:`infodiff.from_function`), ``estimator``, ``num_samples`` (single requests
     and rolling windows; default the run's ``eval.input_samples``), ``first_samples`` (the first
-    round per option, default the estimator's ``min_samples``), ``max_samples`` (per option, 128),
+    round per option) and ``max_samples`` (the cap per option; both default
+    :func:`infodiff.choices.default_samples`: k_dce 32 and 128),
     ``confidence`` (0.95), ``coupled`` (True), ``adaptive`` (True), ``seed`` (the run's
     ``eval.seed``), ``interval_orders`` (0: none; K >= 2: each rolling document's NLL interval over
     generation orders, :meth:`infodiff.scoring.Run.nll_interval`, in :attr:`rolling_records`). lm-eval's ``batch_size`` / ``device`` are accepted and unused (the run's
@@ -94,7 +95,7 @@ class InfodiffLM(LM):
 
     def __init__(self, workdir: str | None = None, *, run=None, estimator: str | None = None,
                  num_samples: int | None = None, first_samples: int | None = None,
-                 max_samples: int = choices_lib.DEFAULT_MAX_SAMPLES, confidence: float = 0.95, coupled=True,
+                 max_samples: int | None = None, confidence: float = 0.95, coupled=True,
                  adaptive=True, seed: int | None = None, interval_orders: int = 0, batch_size=None,
                  max_batch_size=None, device=None, **unknown):
         super().__init__()
@@ -110,8 +111,9 @@ class InfodiffLM(LM):
         elif num_samples is not None:
             run.num_samples = int(num_samples)
         self.run = run
-        self.first_samples = int(run.process.min_samples) if first_samples is None else int(first_samples)
-        self.max_samples = int(max_samples)
+        d_first, d_cap = choices_lib.default_samples(run.process)
+        self.first_samples = d_first if first_samples is None else int(first_samples)
+        self.max_samples = max(d_cap, self.first_samples) if max_samples is None else int(max_samples)
         self.confidence = float(confidence)
         self.coupled, self.adaptive = _as_bool(coupled, "coupled"), _as_bool(adaptive, "adaptive")
         self.seed = seed if seed is None else int(seed)

@@ -23,6 +23,7 @@ def main():
     ap.add_argument("--order", type=int, default=2)
     ap.add_argument("--temperature", type=float, default=0.5, help="the chain's table temperature (lower: peakier)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--first", type=int, default=0, help="first round per option (0: the estimator's min_samples)")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
 
@@ -61,7 +62,7 @@ def main():
     truth = [np.array([exact(p, o) for o in opts]) for p, opts, _ in qs]
     reqs = [Instance("loglikelihood", {}, (p, " " + o), j, ("oracle_mc", q, 1))
             for q, (p, opts, _) in enumerate(qs) for j, o in enumerate(opts)]
-    lm = InfodiffLM(run=run)
+    lm = InfodiffLM(run=run, first_samples=a.first or None)
     t = time.time()
     out = lm.loglikelihood(reqs)
     wall = time.time() - t
@@ -76,7 +77,7 @@ def main():
     fixed = run.choose([q[0] for q in qs], [q[1] for q in qs], adaptive=False, num_samples=128)
     wall_fixed = time.time() - t
     passes = np.array([r["forward_passes"] for r in lm.records])
-    res = {"questions": len(qs), "order": a.order, "temperature": a.temperature,
+    res = {"questions": len(qs), "order": a.order, "temperature": a.temperature, "first_samples": lm.first_samples,
            "values": int(len(z)), "max_abs_z": float(np.abs(z).max()), "fraction_abs_z_below_1.96": float(np.mean(
                np.abs(z) < 1.96)), "all_within_4_se": bool(np.all(np.abs(z) < 4)),
            "fraction_decided": float(decided.mean()),
@@ -90,7 +91,13 @@ def main():
            "agreement_adaptive_fixed": float(np.mean(choice == fixed.choice)),
            "fixed_equal_exact_argmax": float(np.mean(fixed.choice == exact_best)),
            "adaptive_equal_exact_argmax": float(np.mean(choice == exact_best)),
-           "wall_s_adaptive": wall, "wall_s_fixed": wall_fixed}
+           "wall_s_adaptive": wall, "wall_s_fixed": wall_fixed,
+           "wrong_decided_questions": [
+               {"question": int(q), "samples_per_option": lm.records[q]["samples_per_option"],
+                "margin": lm.records[q]["margin"], "margin_stderr": lm.records[q]["margin_stderr"],
+                "exact_margin": float(truth[q][choice[q]] - truth[q][exact_best[q]]),
+                "option_nll": lm.records[q]["option_nll"], "exact_nll": (-truth[q]).tolist()}
+               for q in np.flatnonzero(decided & (choice != exact_best))]}
     print(json.dumps(res, indent=1))
     if a.out:
         with open(a.out, "w") as f:

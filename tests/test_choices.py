@@ -80,13 +80,16 @@ def test_choices_match_the_exact_chain_and_decisions_are_right(chain, run, quest
     print("\nz:", np.round(z, 2), "\ndecided:", res.decided.mean(), "passes:", res.forward_passes)
     assert np.all(np.abs(z) < Z_MAX), z
     assert np.all(res.choice[res.decided] == np.asarray(answers)[res.decided])
-    assert 0 < res.decided.mean() < 1  # easy and hard questions both present (the test can fail either way)
+    assert res.decided.mean() > 0.5
     # margins: the runner-up's NELBO minus the choice's, from the coupled samples
     for q in range(len(P)):
         assert res.margin[q] == pytest.approx(res.nll[q][res.runner_up[q]] - res.nll[q][res.choice[q]], abs=1e-9)
     # adaptive: a decided question stops early; an undecided one spends max_samples per option
-    assert np.all(res.samples[~res.decided] == 128) and res.samples[res.decided].min() == 16
-    n_opts = np.array([len(c) for c in C])
+    assert np.all(res.samples[~res.decided] == 128) and res.samples[res.decided].min() == 32
+    # a tie (the same option twice, coupled: every difference 0) is never decided and sure to flip
+    tie = run.choose([P[0]], [[C[0][0], C[0][0], C[0][1]]])
+    assert not tie.decided[0] and tie.samples[0] == 128 and tie.p_flip[0] == 1.0 and tie.margin[0] == 0.0
+    n_opts = np.array([len(c) for c in C])  # passes: samples x options (one window each)
     np.testing.assert_array_equal(res.forward_passes, res.samples * n_opts)
     s = res.summary()
     assert s["accuracy_mc_stderr"] == pytest.approx(np.sqrt(np.sum(res.p_flip * (1 - res.p_flip))) / len(P))
@@ -124,7 +127,7 @@ def test_bad_questions_are_refused(unigram):
         run.choose(["a"], [["b", "c"]], answers=[5])
     with pytest.raises(ValueError, match="confidence=1.5"):
         run.choose(["a"], [["b", "c"]], confidence=1.5)
-    with pytest.raises(ValueError, match="max_samples=8 is below num_samples=16"):
+    with pytest.raises(ValueError, match="max_samples=8 is below num_samples=32"):
         run.choose(["a"], [["b", "c"]], max_samples=8)
     with pytest.raises(ValueError, match=r"choices\[0\]\[1\] is empty"):
         run.choose(["a"], [["b", "!!"]])

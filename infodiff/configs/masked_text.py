@@ -66,8 +66,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval.input_max_samples = 1024  # the bound of a target_se run (samples per window)
     # a multiple-choice .jsonl ({"prompt", "choices", "answer"}): coupled options, adaptive stopping
     c.eval.choice_confidence = 0.95  # a choice is decided when it beats every rival at this confidence
-    c.eval.choice_samples = 0        # the first round's samples per option (0: the estimator's min_samples)
-    c.eval.choice_max_samples = 128   # the cap per option of the adaptive rounds (LLaDA's fixed budget)
+    c.eval.choice_samples = 0        # the first round's samples per option (0: 2 x the estimator's min_samples)
+    c.eval.choice_max_samples = 0    # the cap per option (0: max(128, 4 x the first round); k_dce 128)
     # The model's own -log p (a mixture over generation orders), not only its NELBO: an interval
     # from importance-weighted orders (upper side) and TUBE (lower side), infodiff/orders.py.
     c.eval.interval = False         # True: add the interval block to the report (and to input rows)

@@ -69,9 +69,10 @@ def evaluate_choices(config, ids, cols, run, row_errors) -> tuple:
     ``row_errors``: :mod:`infodiff.evaluation.inputs`' renamer of a row's ValueError."""
     ev = config.eval
     first = int(ev.get("choice_samples", 0) or 0) or None
+    cap = int(ev.get("choice_max_samples", 0) or 0) or None
     res = row_errors(lambda: run.choose(cols["prompt"], cols["choices"], answers=cols.get("answer"),
                                         confidence=float(ev.get("choice_confidence", 0.95)), num_samples=first,
-                                        max_samples=int(ev.get("choice_max_samples", 128))), ids)
+                                        max_samples=cap), ids)
     rows = []
     for q, rid in enumerate(ids):
         r = {"id": rid, "value": float(res.margin[q]), "se": float(res.margin_stderr[q]),
