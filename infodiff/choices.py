@@ -248,7 +248,8 @@ def choose(run, prompts, choices, *, answers=None, confidence: float = 0.95, num
 def choose_tokens(run, contexts, options, *, answers=None, confidence=0.95, num_samples=16, max_samples=128,
                   adaptive=True, coupled=True, seed=None) -> Choices:
     """:func:`choose` on token ids: ``contexts`` Q int arrays (each already ending with whatever
-    joins it to its options), ``options`` Q lists of >= 2 non-empty int arrays; ``num_samples`` /
+    joins it to its options), or per question a list of one context per option (lm-eval's
+    partial-evaluation tasks, e.g. Winogrande, change the context and keep the continuation), ``options`` Q lists of >= 2 non-empty int arrays; ``num_samples`` /
     ``max_samples`` resolved (no defaults here). The lm-eval model calls it with its own
     tokenization (:mod:`infodiff.harness`)."""
     from infodiff import scoring
@@ -266,7 +267,7 @@ def choose_tokens(run, contexts, options, *, answers=None, confidence=0.95, num_
     for n in sorted({len(c) for c in options}):
         qs = [q for q in range(Q) if len(options[q]) == n]
         first_ctx = [L - max(scoring.first_piece(len(o), L) for o in options[q]) for q in qs]
-        wins = [scoring.response_windows([ctx[q] for q in qs], [options[q][j] for q in qs], L, first_ctx)
+        wins = [scoring.response_windows([_context(ctx[q], j) for q in qs], [options[q][j] for q in qs], L, first_ctx)
                 for j in range(n)]
         for j in range(1, n):
             if not np.array_equal(wins[j].row_W, wins[0].row_W):
@@ -328,6 +329,11 @@ def choose_tokens(run, contexts, options, *, answers=None, confidence=0.95, num_
                    coupled=bool(coupled), max_samples=int(cap), first_samples=int(first),
                    estimator=run.process.estimator, answers=answers,
                    info={"bound": "nelbo", "context_per_question": context_seen}, **vec)
+
+
+def _context(c, j):
+    """Option j's context: ``c`` itself, or ``c[j]`` when ``c`` is a list of per-option contexts."""
+    return c[j] if isinstance(c, (list, tuple)) else c
 
 
 def _rows(est, n):

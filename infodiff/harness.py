@@ -14,7 +14,8 @@ What each request type returns (every log-probability is minus the network's NEL
 bound on its log p; :mod:`infodiff.scoring`):
 
 * ``loglikelihood``: log p(continuation | context), the context never masked, tokenized as the
-  run tokenizes (text8 runs: cleaned). A continuation that starts with the run's prompt
+  run tokenizes (text8 runs: cleaned); options with different contexts (Winogrande's partial
+  evaluation) are coupled the same way, each with its own context. A continuation that starts with the run's prompt
   separator (text8 and byte runs: the space lm-eval's ``target_delimiter`` puts there) has it
   moved to the context, given and not scored, as :meth:`infodiff.scoring.Run.conditional_nll`
   and ``evaluate.py``'s pairs and choices files join a prompt and a response (so the three give
@@ -162,7 +163,8 @@ class InfodiffLM(LM):
             ctx, opts = [], []
             for _, members in multi:
                 pieces = [self._split(c, y) for _, c, y in members]
-                ctx.append(pieces[0][0])
+                same = all(np.array_equal(p[0], pieces[0][0]) for p in pieces)
+                ctx.append(pieces[0][0] if same else [p[0] for p in pieces])  # Winogrande: per-option contexts
                 opts.append([p[1] for p in pieces])
                 for (_, c, y), p in zip(members, pieces):
                     if len(p[1]) == 0:

@@ -170,6 +170,26 @@ def test_harness_loglikelihood_is_run_choose(unigram, questions):
 
 
 @pytest.mark.slow
+def test_harness_options_with_their_own_contexts(chain, run):
+    """Winogrande-style: the options change the context and share the continuation."""
+    from infodiff.harness import InfodiffLM
+
+    rng = np.random.default_rng(9)
+    qs = [([_text(chain, rng, 7) for _ in range(2)], _text(chain, rng, 5)) for _ in range(6)]
+    qs = [(c, y) for c, y in qs if all(c) and y]
+    reqs = [(c, " " + y) for cs, y in qs for c in cs]
+    doc = [q for q, (cs, _) in enumerate(qs) for _ in cs]
+    lm = InfodiffLM(run=run)
+    out = np.array([o[0] for o in lm.loglikelihood(_instances("loglikelihood", reqs, doc))])
+    truth = np.array([-_exact(chain, c, y) for cs, y in qs for c in cs])
+    se = np.concatenate([r["option_stderr"] for r in lm.records])
+    assert np.all(np.abs((out - truth) / np.where(se > 0, se, 1)) < Z_MAX), (out, truth, se)
+    best = np.array([int(np.argmax(truth[2 * q:2 * q + 2])) for q in range(len(qs))])
+    dec = np.array([r["decided"] for r in lm.records])
+    assert np.all(np.array([r["choice"] for r in lm.records])[dec] == best[dec])
+
+
+@pytest.mark.slow
 def test_harness_single_requests_and_is_greedy(chain, run):
     from infodiff.harness import InfodiffLM
 
