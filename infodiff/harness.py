@@ -37,7 +37,9 @@ bound on its log p; :mod:`infodiff.scoring`):
   L - ``max_gen_toks`` context tokens, cut at the first ``until`` string.
 
 After a run, :attr:`InfodiffLM.records` holds each multiple-choice question's decision (margin ±
-SE, decided, p_flip, forward passes) and :meth:`InfodiffLM.choice_summary` the fraction decided,
+SE, decided, p_flip, forward passes, every option's value ± SE), :attr:`single_records` each
+single request's value ± SE and :attr:`rolling_records` each document's (with ``--output_path``:
+``infodiff_choices.json``, ``infodiff_single.json``, ``infodiff_rolling.json``) and :meth:`InfodiffLM.choice_summary` the fraction decided,
 the forward passes per question and the Monte Carlo error of the accuracy,
 ``sqrt(sum p_flip (1 - p_flip)) / questions`` (:mod:`infodiff.choices`), which lm-eval's
 ``acc_stderr`` (the sampling of questions) does not include; ``python -m infodiff.harness``
@@ -122,6 +124,7 @@ class InfodiffLM(LM):
         self.interval_orders = int(interval_orders)
         self.records: list[dict] = []
         self.rolling_records: list[dict] = []
+        self.single_records: list[dict] = []
         self._calls: dict = {}  # per request type: calls so far (the first uses the seed itself)
 
     # -- tokenization: the run's own, context and continuation split as lm-eval joins them -------
@@ -158,7 +161,7 @@ class InfodiffLM(LM):
         out: list = [None] * len(requests)
         seed = self._seed_for_call("loglikelihood")
         multi = [(g, m) for g, m in groups.items() if len(m) >= 2]
-        single = [m[0] for m in groups.values() if len(m) == 1]
+        single = [(g, m[0]) for g, m in groups.items() if len(m) == 1]
         if multi:
             ctx, opts = [], []
             for _, members in multi:
@@ -184,11 +187,14 @@ class InfodiffLM(LM):
                                      "option_nll": [float(v) for v in res.nll[q]],
                                      "option_stderr": [float(v) for v in res.nll_stderr[q]]})
         if single:
-            pieces = [self._split(c, y) for _, c, y in single]
+            pieces = [self._split(c, y) for _, (_, c, y) in single]
             est = self._conditional([p[0] for p in pieces], [p[1] for p in pieces], seed)
             greedy = self._is_greedy([p[0] for p in pieces], [p[1] for p in pieces])
-            for k, (i, _, _) in enumerate(single):
+            for k, (gid, (i, _, _)) in enumerate(single):
                 out[i] = (-float(est.mean[k]), bool(greedy[k]))
+                self.single_records.append({"task": gid[0], "doc_id": gid[1], "loglikelihood": -float(est.mean[k]),
+                                            "stderr": float(est.stderr[k]), "samples": int(est.num_samples),
+                                            "is_greedy": bool(greedy[k]), "tokens": int(len(pieces[k][1]))})
         return out
 
     def _conditional(self, ctx, ys, seed) -> lk.Estimate:
@@ -349,11 +355,12 @@ def main(argv=None) -> int:
     for lm in made:
         summary = lm.choice_summary()
         out = _output_path(argv)
-        if lm.rolling_records and out:
-            folder = out if not out.endswith(".json") else os.path.dirname(out) or "."
-            os.makedirs(folder, exist_ok=True)
-            with open(os.path.join(folder, "infodiff_rolling.json"), "w") as f:
-                json.dump(lm.rolling_records, f, indent=1)
+        for name, recs in (("infodiff_rolling.json", lm.rolling_records), ("infodiff_single.json", lm.single_records)):
+            if recs and out:
+                folder = out if not out.endswith(".json") else os.path.dirname(out) or "."
+                os.makedirs(folder, exist_ok=True)
+                with open(os.path.join(folder, name), "w") as f:
+                    json.dump(recs, f, indent=1)
         if not summary:
             continue
         print("\ninfodiff: multiple-choice decisions (Monte Carlo error of acc, beside lm-eval's acc_stderr "

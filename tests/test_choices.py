@@ -201,6 +201,7 @@ def test_harness_single_requests_and_is_greedy(chain, run):
     assert out[0][1] is True and out[1][1] is False
     # one token scored exactly by k_dce: the exact conditional
     assert out[0][0] == pytest.approx(float(lp.max()), abs=1e-4)
+    assert lm.single_records[0]["stderr"] == 0.0 and lm.single_records[0]["is_greedy"] is True
 
 
 @pytest.mark.slow
