@@ -52,7 +52,7 @@ from infodiff.data import text as text_data
 from infodiff.tasks.masked import SCORING_ESTIMATORS
 from infodiff.validation import check_num_samples
 
-__all__ = ["clean", "Tokenizer", "TEXT8", "Windows", "document_windows", "response_windows", "sum_windows", "sum_interval_windows", "Run",
+__all__ = ["clean", "Tokenizer", "TEXT8", "BYTES", "Windows", "document_windows", "response_windows", "sum_windows", "sum_interval_windows", "Run",
            "load_run",
            "SCORING_ESTIMATORS"]
 
@@ -178,6 +178,15 @@ def _text8_encode(text: str) -> tuple[np.ndarray, dict]:
 
 
 TEXT8 = Tokenizer("text8", "character", _text8_encode, separator=(text_data.VOCAB.index(" "),), cleans=True)
+
+
+def _bytes_encode(text: str) -> tuple[np.ndarray, dict]:
+    # surrogateescape: a file read with errors='surrogateescape' gives back its own bytes, valid or not
+    return np.frombuffer(text.encode("utf-8", errors="surrogateescape"), np.uint8).astype(np.int32), {}
+
+
+# Byte-level runs (data.name 'bytes', infodiff/data/text_bytes.py): the UTF-8 bytes as given, nothing cleaned.
+BYTES = Tokenizer("bytes", "byte", _bytes_encode, separator=(ord(" "),), cleans=False)
 
 
 def _tokens(texts, what: str, tokenizer: Tokenizer = TEXT8) -> tuple[list[np.ndarray], list[dict]]:

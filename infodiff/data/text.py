@@ -624,7 +624,7 @@ def _as_token_stream(tokens: Any, fn: str) -> np.ndarray:
     return arr
 
 
-def unigram_entropy_bits(tokens: np.ndarray) -> float:
+def unigram_entropy_bits(tokens: np.ndarray, vocab_size: int = VOCAB_SIZE) -> float:
     """Empirical unigram (order-0) entropy of a token stream, in bits per character.
 
     ``H = -sum_c p(c) log2 p(c)`` with ``p`` the character frequencies in
@@ -633,23 +633,24 @@ def unigram_entropy_bits(tokens: np.ndarray) -> float:
     bits/char for good models). Embedded corpus: about 4.06 bits/char.
 
     Args:
-      tokens: 1-D integer array of ids in ``[0, 27)``, shape ``[N]``.
+      tokens: 1-D integer array of ids in ``[0, vocab_size)``, shape ``[N]``.
+      vocab_size: 27 (text8) or 256 (bytes: then bits per byte).
 
     Returns:
-      Python ``float`` (bits per character), in ``[0, log2(27)]``.
+      Python ``float`` (bits per character), in ``[0, log2(vocab_size)]``.
 
     Raises:
-      ValueError: if ``tokens`` is empty, not 1-D, or has ids outside ``[0, 27)``.
+      ValueError: if ``tokens`` is empty, not 1-D, or has ids outside ``[0, vocab_size)``.
     """
     arr = _as_token_stream(tokens, "unigram_entropy_bits")
     if arr.size == 0:
         raise ValueError("unigram_entropy_bits: empty token stream")
-    if arr.min() < 0 or arr.max() >= VOCAB_SIZE:
+    if arr.min() < 0 or arr.max() >= vocab_size:
         raise ValueError(
-            f"unigram_entropy_bits: ids must lie in [0, {VOCAB_SIZE}), got range "
+            f"unigram_entropy_bits: ids must lie in [0, {vocab_size}), got range "
             f"[{int(arr.min())}, {int(arr.max())}]"
         )
-    counts = np.bincount(arr.astype(np.intp), minlength=VOCAB_SIZE).astype(np.float64)
+    counts = np.bincount(arr.astype(np.intp), minlength=vocab_size).astype(np.float64)
     p = counts[counts > 0] / arr.size
     return float(-(p * np.log2(p)).sum())
 
