@@ -64,6 +64,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval.input_samples = 32       # Monte Carlo samples per window of an input row (docs/scoring.md)
     c.eval.target_se = 0.0          # > 0: add samples until every input row's SE (nats) is at most this
     c.eval.input_max_samples = 1024  # the bound of a target_se run (samples per window)
+    c.eval.limit = 0                # eval.input: score the first N rows only (0: every row)
+    c.eval.output_dir = ""          # '': the workdir (split), W/scores/<file name>-<folder hash>/ (eval.input)
+    c.eval.overwrite = False        # False: refuse an output folder that already holds a report
     # The model's own -log p (a mixture over generation orders), not only its NELBO: an interval
     # from importance-weighted orders (upper side) and TUBE (lower side), infodiff/orders.py.
     c.eval.interval = False         # True: add the interval block to the report (and to input rows)

@@ -122,6 +122,9 @@ CONDITIONAL: tuple[Conditional, ...] = (
     # scoring a user's file (evaluate.py --config.eval.input=FILE)
     *cr.keys(("eval.input_unit", "eval.input_samples", "eval.target_se"), "eval.input is set",
              lambda c: bool(cr.get(c, "eval.input"))),
+    Conditional("eval.limit", "eval.input is set (the rows of a file)", lambda c: bool(cr.get(c, "eval.input"))),
+    # where a trained run's evaluation writes (infodiff/evaluation/run.py: output_dir); oracle mode overwrites
+    Conditional("eval.overwrite", "eval.mode = 'network' (a trained run)", cr.NETWORK),
     Conditional("eval.input_max_samples", "eval.input is set and eval.target_se > 0",
                 lambda c: bool(cr.get(c, "eval.input")) and float(cr.get(c, "eval.target_se", 0.0) or 0.0) > 0),
     # the Markov-4 toys (experiments/paper.py): a table file, or a generated chain

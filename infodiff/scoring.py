@@ -163,13 +163,15 @@ class Tokenizer:
     is ('character', 'byte', 'token'), the unit of a report's bits per unit; ``encode(str)`` ->
     (int32 ids [n], {input character: count} that cleaning changed, empty when nothing is cleaned);
     ``separator``: the ids put between a prompt and its response (text8: one space); ``cleans``:
-    whether ``encode`` changes the text (a report then says it scores a cleaned text)."""
+    whether ``encode`` changes the text (a report then says it scores a cleaned text); ``cleaned(str)``
+    -> the text as scored (where ``cleans``; rows.jsonl logs it beside the original)."""
 
     name: str
     unit: str
     encode: Callable[[str], tuple[np.ndarray, dict]]
     separator: tuple[int, ...] = ()
     cleans: bool = False
+    cleaned: Callable[[str], str] | None = None
 
 
 def _text8_encode(text: str) -> tuple[np.ndarray, dict]:
@@ -177,11 +179,13 @@ def _text8_encode(text: str) -> tuple[np.ndarray, dict]:
     return text_data.encode(c).astype(np.int32), changed
 
 
-TEXT8 = Tokenizer("text8", "character", _text8_encode, separator=(text_data.VOCAB.index(" "),), cleans=True)
+TEXT8 = Tokenizer("text8", "character", _text8_encode, separator=(text_data.VOCAB.index(" "),), cleans=True,
+                  cleaned=lambda text: clean(text)[0])
 
 
 def _bytes_encode(text: str) -> tuple[np.ndarray, dict]:
     # surrogateescape: a file read with errors='surrogateescape' gives back its own bytes, valid or not
+    # (evaluation/inputs.py); a lone surrogate of any other origin is refused by UnicodeEncodeError
     return np.frombuffer(text.encode("utf-8", errors="surrogateescape"), np.uint8).astype(np.int32), {}
 
 
@@ -328,7 +332,9 @@ class Run:
         """log p(a | prompt) - log p(b | prompt) per triple, nats; coupled (shared noise, arXiv
         2510.24088 Eq. 18) or not: NELBO(b) - NELBO(a), ``info['bound'] == 'nelbo_difference'``
         (not a bound). a and b may differ in length: each is windowed as in
-        :meth:`conditional_nll`, and pairs whose window counts differ are refused (ValueError)."""
+        :meth:`conditional_nll`, and pairs whose window counts differ are refused (ValueError).
+        ``info['nll_a']`` / ``info['nll_b']``: the Estimates of -log p(a | prompt) and -log p(b | prompt)
+        from the same draws (the ratio's samples are their difference)."""
         ya, ca = _tokens(a, "a", self.tokenizer)
         yb, cb = _tokens(b, "b", self.tokenizer)
         _nonempty(ya, "a", self.tokenizer)
@@ -354,7 +360,7 @@ class Run:
             ea, eb = (sum_windows(e, wa.row_W, len(ya)) for e in (ea, eb))
             exact = {k: eb.exact[k] - ea.exact[k] for k in ea.exact}
             info = dict(ea.info, forward_passes_per_row=2 * ea.info["forward_passes_per_row"],
-                        context_per_row=wa.context_R)
+                        context_per_row=wa.context_R, nll_a=ea, nll_b=eb)
             return lk.Estimate(f"{ea.estimator}:{'coupled' if coupled else 'decoupled'}", eb.samples - ea.samples,
                                forward_passes=2 * ea.forward_passes, infinite_variance=ea.infinite_variance,
                                exact=exact, info=info, se_method=ea.se_method, min_samples=ea.min_samples)
@@ -464,6 +470,9 @@ def _concat_samples(parts: list[lk.Estimate]) -> lk.Estimate:
     """One Estimate of independent rounds of the same rows: samples side by side, passes added."""
     e = parts[-1]
     info = dict(e.info, forward_passes_per_row=sum(p.info["forward_passes_per_row"] for p in parts))
+    for k in ("nll_a", "nll_b"):  # a ratio's two sides (Run.log_ratio)
+        if k in e.info:
+            info[k] = _concat_samples([p.info[k] for p in parts])
     return lk.Estimate(e.estimator, np.concatenate([p.samples for p in parts], axis=1),
                        forward_passes=sum(p.forward_passes for p in parts), infinite_variance=e.infinite_variance,
                        exact=e.exact, info=info, se_method=e.se_method, min_samples=e.min_samples)
