@@ -493,9 +493,10 @@ def _scored_text(kind: str, cols: dict, i: int, tokenizer) -> dict:
     """What row i scored: its fields as given (:func:`shown`) and, for a tokenizer that cleans, each
     as scored (``<field>_cleaned``)."""
     names = {"text": ("text",), "pairs": ("prompt", "response"), "ratios": ("prompt", "a", "b")}[kind]
-    out = {n: shown(cols[n][i]) for n in names}
+    field = {"text": "document"}  # a row's key 'text' would shadow the report schema's Schema.text
+    out = {field.get(n, n): shown(cols[n][i]) for n in names}
     if tokenizer.cleans and tokenizer.cleaned is not None:
-        out.update({f"{n}_cleaned": tokenizer.cleaned(cols[n][i]) for n in names})
+        out.update({f"{field.get(n, n)}_cleaned": tokenizer.cleaned(cols[n][i]) for n in names})
     return out
 
 

@@ -770,12 +770,13 @@ class InputRow(Schema):
     log_p_b: float = key("ratios: log p(b | prompt), the same draws (`value` = `log_p_a` − `log_p_b`)", unit="nats",
                          required=False)
     log_p_b_se: float = key("ratios: its standard error", unit="nats", required=False)
-    text: str = key("text: the row as given (bytes that are not UTF-8 as `\\xNN`)", required=False)
+    document: str = key("text: the row (a line, or the file) as given (byte runs: bytes that are not UTF-8 as "
+                        "`\\xNN`)", required=False)
     prompt: str = key("pairs and ratios: the prompt as given", required=False)
     response: str = key("pairs: the response as given", required=False)
     a: str = key("ratios: a as given", required=False)
     b: str = key("ratios: b as given", required=False)
-    text_cleaned: str = key("runs that clean (text8): the text as scored", required=False)
+    document_cleaned: str = key("runs that clean (text8): the document as scored", required=False)
     prompt_cleaned: str = key("runs that clean: the prompt as scored", required=False)
     response_cleaned: str = key("runs that clean: the response as scored", required=False)
     a_cleaned: str = key("runs that clean: a as scored", required=False)
