@@ -32,6 +32,7 @@ import ml_collections
 import pytest
 
 from infodiff import cli, evaluation, training
+from infodiff.evaluation import inputs
 from infodiff.evaluation import report as report_lib
 from infodiff.training import checkpoint as ckpt_lib
 from tests.test_faults import (REPO, _cli_env, _mount_tmpfs, _refuse_writes, assert_same_state, base,  # noqa: F401
@@ -376,7 +377,8 @@ def test_cli_input_mode_on_a_read_only_workdir_prints_the_table_first(reference_
         assert "infodiff input report" in proc.stdout and "total NELBO (nats)" in proc.stdout
         assert "first 2 of 2 rows" in proc.stdout  # the per-row scores are on the screen
         last = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1]
-        assert last.startswith(f"error: StorageError: cannot write {run / 'scores' / 'docs.txt' / 'report.json'}: "
+        out = inputs.default_out_dir(str(run), str(docs))
+        assert last.startswith(f"error: StorageError: cannot write {os.path.join(out, 'report.json')}: "
                                "[Errno 30] Read-only file system (EROFS)"), last
         assert "Traceback" not in proc.stderr and not (run / "scores").exists()
     finally:

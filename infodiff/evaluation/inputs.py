@@ -289,6 +289,7 @@ def _evaluate_counts(config, workdir, t0) -> tuple[dict, str]:
         raise ValueError(f"config.eval.batch_size={ev.batch_size} must be >= 1 (rows per denoiser call)")
     x = read_counts(path, tuple(task.data.event_shape), int(task.data.max_count))
     x, limit_notes = _limit(config, x, len(x))
+    report_lib.refuse_existing(output_dir_of(config, workdir), config)
     params, meta = training.load_params(workdir, task, ema=bool(ev.use_ema))
     den = task.denoiser(params)
     process = task.estimation_process()
@@ -388,6 +389,7 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
         raise ValueError(f"config.eval.interval=True: {path} holds ratios ({{prompt, a, b}}), which get no interval "
                          "(a difference of two -log p); drop --config.eval.interval or score a and b as pairs")
     out_dir = output_dir_of(config, workdir)
+    report_lib.refuse_existing(out_dir, config)  # after the file's and the settings' checks, before any work
     rows, summary = [], {}
     per = _per_unit(run.tokenizer)
     tse = float(ev.target_se) or None

@@ -1035,6 +1035,15 @@ class Report(dict):
         self.attachments = dict(attachments or {})
 
 
+def refuse_existing(out_dir: str, config) -> None:
+    """ValueError (one line naming the folder and the fix) when ``out_dir`` already holds a
+    report.json and ``config.eval.overwrite`` is False: a rerun never replaces a report silently.
+    Called by a trained run's evaluation after its settings are checked, before any work."""
+    if not bool(config.eval.get("overwrite", False)) and os.path.lexists(os.path.join(out_dir, "report.json")):
+        raise ValueError(f"{out_dir} already holds a report (report.json): pass --config.eval.overwrite=True to "
+                         "replace it, or --config.eval.output_dir=DIR to write elsewhere")
+
+
 def write_report(report: dict, out_dir: str) -> tuple[str, str]:
     """Write report.json (strict JSON: undefined numbers are null), report.txt and the report's
     ``attachments`` (:class:`Report`) into out_dir as one unit (:func:`write_together`: after a

@@ -50,21 +50,13 @@ def _mtime_ns(path: str) -> int | None:
 
 def output_dir(config: ml_collections.ConfigDict, workdir: str) -> str:
     """Where a trained run's evaluation writes: ``eval.output_dir`` if set, else the workdir (a
-    split) or :func:`infodiff.evaluation.inputs.default_out_dir` (``eval.input``).
-
-    Raises ValueError (one line naming the folder and the fix) when that folder already holds a
-    report.json and ``eval.overwrite`` is False: a rerun never replaces a report silently."""
+    split) or :func:`infodiff.evaluation.inputs.default_out_dir` (``eval.input``)."""
     from infodiff.evaluation import inputs
 
     ev = config.eval
     if str(ev.get("input", "")):
-        out = inputs.output_dir_of(config, workdir)
-    else:
-        out = str(ev.get("output_dir", "") or "") or workdir
-    if not bool(ev.get("overwrite", False)) and os.path.lexists(os.path.join(out, "report.json")):
-        raise ValueError(f"{out} already holds a report (report.json): pass --config.eval.overwrite=True to replace "
-                         "it, or --config.eval.output_dir=DIR to write elsewhere")
-    return out
+        return inputs.output_dir_of(config, workdir)
+    return str(ev.get("output_dir", "") or "") or workdir
 
 
 def _training_curves(task, workdir: str, out_dir: str | None = None) -> tuple[list, list]:
@@ -136,6 +128,8 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str, out_dir: s
     task.check_eval_config()
     order = task.order_settings() if hasattr(task, "order_settings") else None
     _check_saved_config(config, workdir)
+    out_dir = out_dir or workdir
+    report_lib.refuse_existing(out_dir, config)  # after the settings' checks, before any work
     x, data_info, subset = task.eval_items()
     params, meta = training.load_params(workdir, task, ema=bool(ev.use_ema))
     den = task.denoiser(params)
@@ -158,7 +152,6 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str, out_dir: s
         blocks = intervals.split_blocks(task, params, x, est, nll_key, order, int(ev.batch_size))
     gen = task.generate(den, sample_key)
     extras, figures = task.eval_extras(est, x, gen)
-    out_dir = out_dir or workdir
     if parallel.is_primary():
         os.makedirs(out_dir, exist_ok=True)
     plots = _draw(figures, out_dir)
@@ -269,7 +262,7 @@ def _evaluate(config: ml_collections.ConfigDict, workdir: str | None) -> tuple[d
         return evaluate_oracle(config), out
     if not workdir:
         raise ValueError("evaluating a trained model needs --workdir (the training run's directory)")
-    out = output_dir(config, workdir)  # refused before any work
+    out = output_dir(config, workdir)
     if str(config.eval.get("input", "")):
         from infodiff.evaluation import inputs  # a user's file (docs/scoring.md)
 
