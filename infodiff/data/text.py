@@ -545,9 +545,11 @@ def _build_cache(corpus_dir: str, sdist_dir: str) -> TextCorpus:
     return _make_corpus(splits, CORPUS_NAME, checksums)
 
 
-def _load_cache(corpus_dir: str) -> TextCorpus:
+def _load_cache(corpus_dir: str, header: dict | None = None, name: str = CORPUS_NAME) -> TextCorpus:
+    """The cached splits of ``corpus_dir``, each checked against its manifest (``header``: the
+    expected manifest header, default this corpus's; the byte corpus passes its own)."""
     fix = f"delete the cache directory {corpus_dir} and call load_corpus() again to rebuild it"
-    manifest = read_manifest(corpus_dir, _expected_manifest_header(), "corpus cache", fix)
+    manifest = read_manifest(corpus_dir, header or _expected_manifest_header(), "corpus cache", fix)
     splits = {}
     for k in SPLIT_NAMES:
         p = os.path.join(corpus_dir, f"{k}.npy")
@@ -567,7 +569,7 @@ def _load_cache(corpus_dir: str) -> TextCorpus:
                 f"{manifest['checksums'][k]}; {fix}"
             )
         splits[k] = arr
-    return _make_corpus(splits, CORPUS_NAME, manifest["checksums"])
+    return _make_corpus(splits, name, manifest["checksums"])
 
 
 def load_corpus(path: str | None = None, cache_dir: str | None = None) -> TextCorpus:

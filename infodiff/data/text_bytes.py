@@ -25,7 +25,7 @@ import os
 import numpy as np
 
 from infodiff.data import text as text_data
-from infodiff.data.cache import SPLIT_NAMES, CorpusCacheError, default_cache_dir, read_manifest, write_manifest
+from infodiff.data.cache import SPLIT_NAMES, default_cache_dir, write_manifest
 from infodiff.files import atomic_save_npy
 
 __all__ = ["VOCAB_SIZE", "CORPUS_NAME", "encode", "decode", "load_corpus"]
@@ -92,23 +92,6 @@ def _build(corpus_dir: str, sdist_dir: str) -> text_data.TextCorpus:
     return corpus
 
 
-def _load(corpus_dir: str) -> text_data.TextCorpus:
-    fix = f"delete the cache directory {corpus_dir} and load the corpus again to rebuild it"
-    manifest = read_manifest(corpus_dir, _header(), "byte corpus cache", fix)
-    splits = {}
-    for k in SPLIT_NAMES:
-        p = os.path.join(corpus_dir, f"{k}.npy")
-        try:
-            arr = np.load(p, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise CorpusCacheError(f"byte corpus cache file {p} is missing or unreadable ({e}); {fix}") from e
-        if arr.dtype != np.uint8 or arr.ndim != 1 or text_data._sha256_bytes(arr) != manifest["checksums"][k]:
-            raise CorpusCacheError(f"byte corpus cache file {p} does not match its manifest "
-                                   f"(dtype {arr.dtype}, shape {arr.shape}, checksum); {fix}")
-        splits[k] = arr
-    return text_data._make_corpus(splits, CORPUS_NAME, manifest["checksums"])
-
-
 def load_corpus(cache_dir: str | None = None) -> text_data.TextCorpus:
     """The byte corpus: :class:`infodiff.data.text.TextCorpus` of uint8 byte values (ids in [0, 256)),
     ``name == 'kjv+shakespeare-bytes'``, checksums its own. Built on first use from the verified sdists
@@ -121,5 +104,5 @@ def load_corpus(cache_dir: str | None = None) -> text_data.TextCorpus:
     root = os.path.abspath(os.path.expanduser(os.fspath(cache_dir))) if cache_dir else default_cache_dir()
     corpus_dir = os.path.join(root, CORPUS_DIRNAME)
     if os.path.exists(os.path.join(corpus_dir, "manifest.json")):
-        return _load(corpus_dir)
+        return text_data._load_cache(corpus_dir, _header(), CORPUS_NAME)
     return _build(corpus_dir, os.path.join(root, "sdists"))
