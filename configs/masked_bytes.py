@@ -8,8 +8,9 @@ python train.py --config configs/masked_bytes.py --workdir runs/masked_bytes
 python evaluate.py --workdir runs/masked_bytes
 python evaluate.py --workdir runs/masked_bytes --config.eval.input=my.txt
 
-The acceptance run in RESULTS.md trained this config unchanged except train.num_steps (the CPU
-budget stated there); the model sizes are masked_text.py's.
+CPU budget: masked_text.py's, unchanged: 3000 steps of 64 x 64 bytes (12.3 M byte tokens), 4
+layers, width 128 (857,216 parameters); 55 min on a shared 2-core CPU for the RESULTS.md run
+(test 2.90 bits per byte).
 """
 
 from configs import masked_text

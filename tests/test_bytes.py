@@ -102,7 +102,7 @@ def test_byte_run_scores_every_row_as_given_and_the_api_agrees(byte_run, tmp_pat
     assert [r["bytes"] for r in rows] == [len(ln) for ln in LINES]  # é is 2 bytes, 😀 4, 中 3, latin-1 é 1
     assert rows[2]["document"] == "caf\\xe9 latin1" and rows[0]["document"] == "Café au lait, 42 times!"
     assert "document_cleaned" not in rows[0] and "cleaning" not in rep
-    assert any("line 3 is not valid UTF-8: scored as the bytes they are" in n for n in rep["notes"])
+    assert any("line 3 is not valid UTF-8: its bytes are scored as they are" in n for n in rep["notes"])
     for r in rows:
         assert r["bits_per_byte"] == pytest.approx(r["value"] / (r["bytes"] * LN2), rel=1e-12)
         assert r["bits_per_byte_stderr"] == pytest.approx(r["se"] / (r["bytes"] * LN2), rel=1e-12)

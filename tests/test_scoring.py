@@ -246,8 +246,10 @@ def test_text_and_ratio_files(run_dir, tmp_path):
     assert set(report_lib.COMMON_KEYS + report_lib.INPUT_KEYS) <= set(rep), set(report_lib.INPUT_KEYS) - set(rep)
     assert rep["input"]["rows"] == 5 and [r["id"] for r in rep["rows_preview"]] == ["1", "2", "5", "6", "7"]
     assert rep["cleaning"]["characters"]["4"] == 1 and rep["summary"]["characters"] > 100
+    assert rep["cleaning"]["statement"].startswith("a CLEANED copy is scored, not the input as given")
     evaluation.write_report(rep, out)
     assert "bits per character" in (Path(out) / "report.txt").read_text()
+    assert "CLEANED TEXT SCORED" in (Path(out) / "report.txt").read_text()
     cfg.eval.input = str(_write(tmp_path / "ab.jsonl", [{"prompt": p, "a": a, "b": b}
                                                         for p, a, b in zip(PROMPTS, RESPONSES, ALTS)]))
     rep, out = evaluation.evaluate(cfg, str(run_dir))

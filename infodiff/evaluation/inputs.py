@@ -65,7 +65,7 @@ def _decode_bytes(path: str, data: bytes, notes: list | None) -> str:
     if bad:
         shown_ = ", ".join(map(str, bad[:8])) + (", ..." if len(bad) > 8 else "")
         note = (f"eval.input {path}: line{'s' * (len(bad) != 1)} {shown_} {'are' if len(bad) != 1 else 'is'} not "
-                "valid UTF-8: scored as the bytes they are (rows.jsonl shows them with \\x escapes)")
+                "valid UTF-8: its bytes are scored as they are, not replaced (rows.jsonl shows them as \\xNN)")
         if notes is not None:
             notes.append(note)
     return text
@@ -450,10 +450,10 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
                 "ratios": "log p(a | prompt) - log p(b | prompt), coupled"}[kind]
     cleaning = None
     if run.tokenizer.cleans:
-        cleaning = {"statement": (f"the scored text is a CLEANED copy of the input, not the input as given "
-                                  f"({run.tokenizer.name} rules: case folded, digits spelled out, every other "
-                                  f"character a space); {'bits per character are per cleaned character; ' if chars is not None else ''}"
-                                  "rows.jsonl holds each row's original and cleaned text"),
+        cleaning = {"statement": (f"a CLEANED copy is scored, not the input as given ({run.tokenizer.name}: case "
+                                  "folded, digits spelled out, other characters a space"
+                                  + ("; bits per cleaned character" if chars is not None else "")
+                                  + "; rows.jsonl: original and cleaned)"),
                     "rules": "text8 (infodiff.data.text.CLEANING_RULES)",
                     "rows_changed": int(sum(1 for c in changed if c)), "characters": all_changed}
     if kind != "text":
