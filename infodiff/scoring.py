@@ -39,16 +39,14 @@ window (k_dce 16, SEDD absorb 128, uniform 512) the per-row SEs are flagged
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
-from typing import Callable
 
 import jax
 import numpy as np
 
 from infodiff import likelihood as lk
-from infodiff.data import text as text_data
+from infodiff.data.tokenizers import BYTES, TEXT8, Tokenizer, clean  # noqa: F401  (re-exported)
 from infodiff.tasks.masked import SCORING_ESTIMATORS
 from infodiff.validation import check_num_samples
 
@@ -58,16 +56,6 @@ __all__ = ["clean", "Tokenizer", "TEXT8", "BYTES", "Windows", "document_windows"
 
 DEFAULT_INPUT_SAMPLES = 32  # per window: 2x k_dce's calibrated minimum (tests/test_calibration.py)
 DEFAULT_MAX_SAMPLES = 1024  # the bound of a target_se run, per window
-
-
-def clean(text: str) -> tuple[str, dict]:
-    """(text8-cleaned text, {character: count} of the input characters outside the alphabet
-    a-z and space, which the cleaning changed: upper case, digits (spelled out), punctuation,
-    newlines, non-ASCII). Runs of spaces collapsing are not counted."""
-    if not isinstance(text, str):
-        raise TypeError(f"expected a str, got {type(text).__name__}")
-    out = text_data.clean_text8(text)
-    return out, dict(collections.Counter(c for c in text if c not in text_data.VOCAB))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,44 +141,6 @@ def sum_windows(est: lk.Estimate, row_W: np.ndarray, num_rows: int) -> lk.Estima
     return lk.Estimate(est.estimator, samples, forward_passes=est.forward_passes,
                        infinite_variance=est.infinite_variance, exact=exact, info=info,
                        se_method=est.se_method, min_samples=est.min_samples)
-
-
-@dataclasses.dataclass(frozen=True)
-class Tokenizer:
-    """How a run turns a string into token ids.
-
-    ``name``: 'text8' (the corpus's cleaning, :func:`clean`) or another; ``unit``: what one token
-    is ('character', 'byte', 'token'), the unit of a report's bits per unit; ``encode(str)`` ->
-    (int32 ids [n], {input character: count} that cleaning changed, empty when nothing is cleaned);
-    ``separator``: the ids put between a prompt and its response (text8: one space); ``cleans``:
-    whether ``encode`` changes the text (a report then says it scores a cleaned text); ``cleaned(str)``
-    -> the text as scored (where ``cleans``; rows.jsonl logs it beside the original)."""
-
-    name: str
-    unit: str
-    encode: Callable[[str], tuple[np.ndarray, dict]]
-    separator: tuple[int, ...] = ()
-    cleans: bool = False
-    cleaned: Callable[[str], str] | None = None
-
-
-def _text8_encode(text: str) -> tuple[np.ndarray, dict]:
-    c, changed = clean(text)
-    return text_data.encode(c).astype(np.int32), changed
-
-
-TEXT8 = Tokenizer("text8", "character", _text8_encode, separator=(text_data.VOCAB.index(" "),), cleans=True,
-                  cleaned=lambda text: clean(text)[0])
-
-
-def _bytes_encode(text: str) -> tuple[np.ndarray, dict]:
-    # surrogateescape: a file read with errors='surrogateescape' gives back its own bytes, valid or not
-    # (evaluation/inputs.py); a lone surrogate of any other origin is refused by UnicodeEncodeError
-    return np.frombuffer(text.encode("utf-8", errors="surrogateescape"), np.uint8).astype(np.int32), {}
-
-
-# Byte-level runs (data.name 'bytes', infodiff/data/text_bytes.py): the UTF-8 bytes as given, nothing cleaned.
-BYTES = Tokenizer("bytes", "byte", _bytes_encode, separator=(ord(" "),), cleans=False)
 
 
 def _tokens(texts, what: str, tokenizer: Tokenizer = TEXT8) -> tuple[list[np.ndarray], list[dict]]:

