@@ -255,7 +255,9 @@ def _evaluate(config: ml_collections.ConfigDict, workdir: str | None) -> tuple[d
     if mode not in MODES:
         raise ValueError(f"config.eval.mode={mode!r}; choose from {MODES}")
     if mode == "oracle":
-        if "output_dir" not in config.eval:
+        # a text training config (masked_text.py and those built on it) has eval.output_dir for where a
+        # trained run's results go, but none of the oracle keys (eval.num_sequences)
+        if "output_dir" not in config.eval or ("input_samples" in config.eval and "num_sequences" not in config.eval):
             raise ValueError("config.eval.mode='oracle' needs an oracle config (configs/oracle_*.py: an exact "
                              "denoiser and its output_dir); this config is a training run's: use eval.mode='network'")
         out = str(config.eval.output_dir) or "."
