@@ -125,6 +125,9 @@ CONDITIONAL: tuple[Conditional, ...] = (
              lambda c: bool(cr.get(c, "eval.input")) and not cr.CHOICES(c)),
     *cr.keys(("eval.choice_confidence", "eval.choice_samples", "eval.choice_max_samples"),
              "eval.input is a multiple-choice .jsonl ({\"prompt\", \"choices\", \"answer\"})", cr.CHOICES),
+    Conditional("eval.limit", "eval.input is set (the rows of a file)", lambda c: bool(cr.get(c, "eval.input"))),
+    # where a trained run's evaluation writes (infodiff/evaluation/run.py: output_dir); oracle mode overwrites
+    Conditional("eval.overwrite", "eval.mode = 'network' (a trained run)", cr.NETWORK),
     Conditional("eval.input_max_samples", "eval.input is set and eval.target_se > 0",
                 lambda c: bool(cr.get(c, "eval.input")) and not cr.CHOICES(c)
                 and float(cr.get(c, "eval.target_se", 0.0) or 0.0) > 0),

@@ -39,35 +39,23 @@ window (k_dce 16, SEDD absorb 128, uniform 512) the per-row SEs are flagged
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
-from typing import Callable
 
 import jax
 import numpy as np
 
 from infodiff import likelihood as lk
-from infodiff.data import text as text_data
+from infodiff.data.tokenizers import BYTES, TEXT8, Tokenizer, clean  # noqa: F401  (re-exported)
 from infodiff.tasks.masked import SCORING_ESTIMATORS
 from infodiff.validation import check_num_samples
 
-__all__ = ["clean", "Tokenizer", "TEXT8", "Windows", "document_windows", "response_windows", "sum_windows", "sum_interval_windows", "Run",
+__all__ = ["clean", "Tokenizer", "TEXT8", "BYTES", "Windows", "document_windows", "response_windows", "sum_windows", "sum_interval_windows", "Run",
            "load_run", "encode_rows", "prompt_contexts", "concat_rounds",
            "SCORING_ESTIMATORS"]
 
 DEFAULT_INPUT_SAMPLES = 32  # per window: 2x k_dce's calibrated minimum (tests/test_calibration.py)
 DEFAULT_MAX_SAMPLES = 1024  # the bound of a target_se run, per window
-
-
-def clean(text: str) -> tuple[str, dict]:
-    """(text8-cleaned text, {character: count} of the input characters outside the alphabet
-    a-z and space, which the cleaning changed: upper case, digits (spelled out), punctuation,
-    newlines, non-ASCII). Runs of spaces collapsing are not counted."""
-    if not isinstance(text, str):
-        raise TypeError(f"expected a str, got {type(text).__name__}")
-    out = text_data.clean_text8(text)
-    return out, dict(collections.Counter(c for c in text if c not in text_data.VOCAB))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,31 +141,6 @@ def sum_windows(est: lk.Estimate, row_W: np.ndarray, num_rows: int) -> lk.Estima
     return lk.Estimate(est.estimator, samples, forward_passes=est.forward_passes,
                        infinite_variance=est.infinite_variance, exact=exact, info=info,
                        se_method=est.se_method, min_samples=est.min_samples)
-
-
-@dataclasses.dataclass(frozen=True)
-class Tokenizer:
-    """How a run turns a string into token ids.
-
-    ``name``: 'text8' (the corpus's cleaning, :func:`clean`) or another; ``unit``: what one token
-    is ('character', 'byte', 'token'), the unit of a report's bits per unit; ``encode(str)`` ->
-    (int32 ids [n], {input character: count} that cleaning changed, empty when nothing is cleaned);
-    ``separator``: the ids put between a prompt and its response (text8: one space); ``cleans``:
-    whether ``encode`` changes the text (a report then says it scores a cleaned text)."""
-
-    name: str
-    unit: str
-    encode: Callable[[str], tuple[np.ndarray, dict]]
-    separator: tuple[int, ...] = ()
-    cleans: bool = False
-
-
-def _text8_encode(text: str) -> tuple[np.ndarray, dict]:
-    c, changed = clean(text)
-    return text_data.encode(c).astype(np.int32), changed
-
-
-TEXT8 = Tokenizer("text8", "character", _text8_encode, separator=(text_data.VOCAB.index(" "),), cleans=True)
 
 
 def _tokens(texts, what: str, tokenizer: Tokenizer = TEXT8) -> tuple[list[np.ndarray], list[dict]]:
@@ -353,7 +316,9 @@ class Run:
         """log p(a | prompt) - log p(b | prompt) per triple, nats; coupled (shared noise, arXiv
         2510.24088 Eq. 18) or not: NELBO(b) - NELBO(a), ``info['bound'] == 'nelbo_difference'``
         (not a bound). a and b may differ in length: each is windowed as in
-        :meth:`conditional_nll`, and pairs whose window counts differ are refused (ValueError)."""
+        :meth:`conditional_nll`, and pairs whose window counts differ are refused (ValueError).
+        ``info['nll_a']`` / ``info['nll_b']``: the Estimates of -log p(a | prompt) and -log p(b | prompt)
+        from the same draws (the ratio's samples are their difference)."""
         ya, ca = _tokens(a, "a", self.tokenizer)
         yb, cb = _tokens(b, "b", self.tokenizer)
         _nonempty(ya, "a", self.tokenizer)
@@ -379,7 +344,7 @@ class Run:
             ea, eb = (sum_windows(e, wa.row_W, len(ya)) for e in (ea, eb))
             exact = {k: eb.exact[k] - ea.exact[k] for k in ea.exact}
             info = dict(ea.info, forward_passes_per_row=2 * ea.info["forward_passes_per_row"],
-                        context_per_row=wa.context_R)
+                        context_per_row=wa.context_R, nll_a=ea, nll_b=eb)
             return lk.Estimate(f"{ea.estimator}:{'coupled' if coupled else 'decoupled'}", eb.samples - ea.samples,
                                forward_passes=2 * ea.forward_passes, infinite_variance=ea.infinite_variance,
                                exact=exact, info=info, se_method=ea.se_method, min_samples=ea.min_samples)
@@ -499,6 +464,9 @@ def concat_rounds(parts: list[lk.Estimate]) -> lk.Estimate:
     """One Estimate of independent rounds of the same rows: samples side by side, passes added."""
     e = parts[-1]
     info = dict(e.info, forward_passes_per_row=sum(p.info["forward_passes_per_row"] for p in parts))
+    for k in ("nll_a", "nll_b"):  # a ratio's two sides (Run.log_ratio)
+        if k in e.info:
+            info[k] = _concat_samples([p.info[k] for p in parts])
     return lk.Estimate(e.estimator, np.concatenate([p.samples for p in parts], axis=1),
                        forward_passes=sum(p.forward_passes for p in parts), infinite_variance=e.infinite_variance,
                        exact=e.exact, info=info, se_method=e.se_method, min_samples=e.min_samples)

@@ -35,7 +35,7 @@ TINY = {"model.num_layers": 1, "model.width": 32, "model.num_heads": 2, "model.h
 ORACLE_TINY = {"eval.num_samples": 16, "eval.num_examples": 16, "eval.num_generate": 64,
                "eval.sampler_steps": (4,)}
 
-DEFAULT = ["masked_text", "sedd_absorb_text", "poisson_synthetic", "poisson_digits",
+DEFAULT = ["masked_text", "masked_bytes", "sedd_absorb_text", "poisson_synthetic", "poisson_digits",
            "oracle_tabular", "oracle_poisson", "oracle_sedd_markov"]
 EVERY = DEFAULT + ["poisson_chorales", "sedd_uniform_text", "oracle_markov", "oracle_sedd_tabular", "poisson_fashion_mnist"]
 CONFIGS = EVERY if os.environ.get("INFODIFF_ALL_CONFIGS") else DEFAULT
@@ -137,6 +137,24 @@ def test_override_of_an_unread_key_is_refused():
     assert cu.override_keys(["x.py", "--config.process.loc=1", "--config", "f.py", "--config.eval.seed", "3"]) == [
         "process.loc", "eval.seed"]
     assert cu.override_keys(["x.py", "-config.eval.loc=0.5"]) == ["eval.loc"]  # absl accepts one dash
+
+
+def test_where_results_go_keys_are_refused_where_unread():
+    """eval.limit is read only with eval.input; eval.overwrite only by a trained run's evaluation
+    (oracle mode writes eval.output_dir as before); eval.output_dir in every mode."""
+    from configs import masked_bytes, poisson_synthetic
+
+    c = masked_bytes.get_config()
+    with pytest.raises(ValueError, match=r"eval\.limit is not read .* eval\.input is set"):
+        cu.check_overrides(c, ["eval.limit"])
+    cu.check_overrides(c, ["eval.output_dir", "eval.overwrite"])
+    c.eval.input = "x.txt"
+    cu.check_overrides(c, ["eval.limit", "eval.output_dir", "eval.overwrite"])
+    p = poisson_synthetic.get_config()
+    p.eval.mode = "oracle"
+    with pytest.raises(ValueError, match=r"eval\.overwrite is not read .* eval\.mode = 'network'"):
+        cu.check_overrides(p, ["eval.overwrite"])
+    cu.check_overrides(p, ["eval.output_dir"])
 
 
 def test_allow_float16_is_read_only_with_float16():

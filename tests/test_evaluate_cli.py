@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -448,7 +449,9 @@ def test_sedd_run_scores_text_pairs_and_ratios(tmp_path, graph, min_samples):
     r = _run(["--workdir", str(wd), f"--config.eval.input={docs}", "--config.eval.input_samples=8"])
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"config.eval.input_samples=8 is below the imdse_{graph}" in r.stderr  # the one-line warning
-    out = wd / "scores" / "docs.txt"
+    from infodiff.evaluation import inputs
+
+    out = Path(inputs.default_out_dir(str(wd), str(docs)))
     rep = json.loads((out / "report.json").read_text())
     rows = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
     assert rep["kind"] == "input" and rep["input"]["format"] == "text" and rep["process"]["graph"] == graph

@@ -20,6 +20,7 @@ import errno
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,6 +33,7 @@ import ml_collections
 import pytest
 
 from infodiff import cli, evaluation, training
+from infodiff.evaluation import inputs
 from infodiff.evaluation import report as report_lib
 from infodiff.training import checkpoint as ckpt_lib
 from tests.test_faults import (REPO, _cli_env, _mount_tmpfs, _refuse_writes, assert_same_state, base,  # noqa: F401
@@ -346,7 +348,7 @@ def test_input_mode_writes_nothing_before_the_report_is_printed(reference_run, t
     assert "infodiff input report" in table and "bits per character" in table
     assert sorted(rep.attachments) == ["rows.csv", "rows.jsonl", "rows.png"]
     with pytest.raises(training.StorageError,
-                       match=rf"cannot write {run / 'scores' / 'docs.txt' / 'report.json'}: \[Errno 30\] "):
+                       match=rf"cannot write {re.escape(os.path.join(out, 'report.json'))}: \[Errno 30\] "):
         evaluation.write_report(rep, out)
     monkeypatch.undo()
     assert sorted(str(p) for p in run.rglob("*")) == snapshot
@@ -376,7 +378,8 @@ def test_cli_input_mode_on_a_read_only_workdir_prints_the_table_first(reference_
         assert "infodiff input report" in proc.stdout and "total NELBO (nats)" in proc.stdout
         assert "first 2 of 2 rows" in proc.stdout  # the per-row scores are on the screen
         last = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1]
-        assert last.startswith(f"error: StorageError: cannot write {run / 'scores' / 'docs.txt' / 'report.json'}: "
+        out = inputs.default_out_dir(str(run), str(docs))
+        assert last.startswith(f"error: StorageError: cannot write {os.path.join(out, 'report.json')}: "
                                "[Errno 30] Read-only file system (EROFS)"), last
         assert "Traceback" not in proc.stderr and not (run / "scores").exists()
     finally:

@@ -214,7 +214,9 @@ def test_cli_pairs_match_the_api(run_dir, tmp_path):
                                            for i, (p, y) in enumerate(zip(PROMPTS, RESPONSES))])
     r = _cli(["--workdir", str(run_dir), f"--config.eval.input={f}"])
     assert r.returncode == 0, r.stderr[-2000:]
-    out = run_dir / "scores" / "pairs.jsonl"
+    from infodiff.evaluation import inputs
+
+    out = Path(inputs.default_out_dir(str(run_dir), str(f)))
     rows = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
     api = infodiff.load_run(str(run_dir)).conditional_nll(PROMPTS, RESPONSES)
     # evaluate.py splits each call's rows over one CPU device per core, the API runs on one:
@@ -222,6 +224,8 @@ def test_cli_pairs_match_the_api(run_dir, tmp_path):
     np.testing.assert_allclose([x["value"] for x in rows], api.mean, rtol=1e-6)
     np.testing.assert_allclose([x["se"] for x in rows], api.stderr, rtol=1e-6)
     assert [x["id"] for x in rows] == ["p0", "p1", "p2", "p3"]
+    assert [(x["prompt"], x["response"]) for x in rows] == list(zip(PROMPTS, RESPONSES))  # what was scored
+    assert rows[0]["response_cleaned"] == "the mat" and "bits_per_char_stderr" in rows[0]
     rep = json.loads((out / "report.json").read_text())
     assert rep["kind"] == "input" and rep["input"]["format"] == "pairs" and (out / "rows.png").stat().st_size > 10_000
     assert (out / "rows.csv").read_text().splitlines()[0].startswith("id,value,se,samples")
@@ -242,8 +246,10 @@ def test_text_and_ratio_files(run_dir, tmp_path):
     assert set(report_lib.COMMON_KEYS + report_lib.INPUT_KEYS) <= set(rep), set(report_lib.INPUT_KEYS) - set(rep)
     assert rep["input"]["rows"] == 5 and [r["id"] for r in rep["rows_preview"]] == ["1", "2", "5", "6", "7"]
     assert rep["cleaning"]["characters"]["4"] == 1 and rep["summary"]["characters"] > 100
+    assert rep["cleaning"]["statement"].startswith("a CLEANED copy is scored, not the input as given")
     evaluation.write_report(rep, out)
     assert "bits per character" in (Path(out) / "report.txt").read_text()
+    assert "CLEANED TEXT SCORED" in (Path(out) / "report.txt").read_text()
     cfg.eval.input = str(_write(tmp_path / "ab.jsonl", [{"prompt": p, "a": a, "b": b}
                                                         for p, a, b in zip(PROMPTS, RESPONSES, ALTS)]))
     rep, out = evaluation.evaluate(cfg, str(run_dir))
@@ -258,7 +264,7 @@ def test_text_and_ratio_files(run_dir, tmp_path):
     (['{"prompt": "a", "response": "b"}', '{"prompt": "a", "a": "b", "b": "c"}'], r"bad\.jsonl:2: a ratios line"),
     (['{"prompt": "a", "answer": "b"}'], r"bad\.jsonl:1: keys \['answer', 'prompt'\]"),
     (['{"prompt": "a", "response": 3}'], r"'response' must be a string"),
-    (['{"prompt": "a", "response": "!!"}'], r"bad\.jsonl:1: 'response' is empty after cleaning"),
+    (['{"prompt": "a", "response": "!!"}'], r"bad\.jsonl: every row is empty after cleaning .*\(lines 1\)"),
     (['{"id": "x", "prompt": "a", "response": "b"}', '{"id": "x", "prompt": "a", "response": "c"}'],
      r"bad\.jsonl:2: id 'x' was already used on line 1"),
     (['{"id": null, "prompt": "a", "response": "b"}'], r"\"id\" must be a string or an integer"),
@@ -297,20 +303,21 @@ def test_input_not_utf8_is_said_with_its_lines(tmp_path, caplog):
 
 
 @pytest.mark.parametrize("name, body, message", [
-    ("e.txt", "hello world\n1234\n\n...!!!\n?\n", r"e\.txt:4: the line is empty after cleaning to the text8 alphabet "
-     r"\(a-z and space\): nothing to score; remove the line or give it letters \(2 such lines: 4, 5\)$"),
-    ("e.jsonl", '{"prompt": "hi", "response": "there"}\n\n{"prompt": "x", "response": "!!!"}\n',
-     r"e\.jsonl:3: 'response' is empty after cleaning .*letters$"),
-    ("r.jsonl", '{"prompt": "", "a": "yes", "b": "--"}\n', r"r\.jsonl:1: 'b' is empty after cleaning"),
+    ("e.txt", "...!!!\n\n?\n", r"e\.txt: every row is empty after cleaning to the text8 alphabet "
+     r"\(a-z and space\) \(lines 1, 3\): nothing to score; give the rows letters$"),
+    ("f.txt", "...!!!", r"f\.txt: every row is empty after cleaning .*\(lines 1\)"),
+    ("e.jsonl", '{"prompt": "x", "response": "!!!"}\n', r"e\.jsonl: every row is empty after cleaning .*letters$"),
+    ("r.jsonl", '{"prompt": "", "a": "yes", "b": "--"}\n', r"r\.jsonl: every row is empty after cleaning"),
 ])
-def test_a_text_empty_after_cleaning_names_its_file_and_line(tmp_path, name, body, message):
+def test_a_file_empty_after_cleaning_names_its_file_and_lines(tmp_path, name, body, message):
+    """Rows that clean to nothing are skipped with a note (tests/test_bytes.py); a file with none left is an error."""
     from infodiff.evaluation import inputs
 
     f = tmp_path / name
     f.write_text(body)
     with pytest.raises(ValueError, match=message) as e:
         inputs.read_input(str(f))
-    assert str(e.value).startswith(f"{f}:") and "\n" not in str(e.value)
+    assert str(e.value).startswith(f"eval.input {f}:") and "\n" not in str(e.value)
 
 
 @pytest.mark.slow

@@ -86,6 +86,7 @@ def test_evaluate_writes_training_curves_beside_the_report(tmp_path):
     with open(png, "ab") as f:
         f.write(b"kept")  # marks this file; the mtime is put back
     os.utime(png, ns=(metrics_ns, metrics_ns))
+    cfg.eval.overwrite = True  # the report written above is replaced by each evaluation below
     rep, _ = evaluation.evaluate(cfg, str(wd))
     assert rep["plots"] == [png] and open(png, "rb").read().endswith(b"kept")
     for offset_s in (-10, 7200):

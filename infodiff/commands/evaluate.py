@@ -13,7 +13,7 @@
   python evaluate.py --workdir W1 --compare W2 --config.eval.input=docs.txt   # two runs, paired difference
 
 Prints the table, then writes report.json (schema in docs/report.md) and report.txt into the
-workdir (or config.eval.output_dir in oracle mode; with eval.input W/scores/<file>/ with the
+workdir or config.eval.output_dir (with eval.input W/scores/<file name>-<hash>/ by default, with the
 rows.* files), as one unit (both from this run or both from the previous one, even after a
 kill -9). The newest checkpoint that passes verification is evaluated (a corrupted newer one is
 named in a warning and skipped; one that a training run writing the workdir deletes while it is

@@ -68,6 +68,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval.choice_confidence = 0.95  # a choice is decided when it beats every rival at this confidence
     c.eval.choice_samples = 0        # the first round's samples per option (0: 2 x the estimator's min_samples)
     c.eval.choice_max_samples = 0    # the cap per option (0: max(128, 4 x the first round); k_dce 128)
+    c.eval.limit = 0                # eval.input: score the first N rows only (0: every row)
+    c.eval.output_dir = ""          # '': the workdir (split), W/scores/<file name>-<folder hash>/ (eval.input)
+    c.eval.overwrite = False        # False: refuse an output folder that already holds a report
     # The model's own -log p (a mixture over generation orders), not only its NELBO: an interval
     # from importance-weighted orders (upper side) and TUBE (lower side), infodiff/orders.py.
     c.eval.interval = False         # True: add the interval block to the report (and to input rows)

@@ -80,6 +80,8 @@ def base(experiment: str) -> ml_collections.ConfigDict:
     c.eval.gamma_max = 0.0        # 0: 64 high / spacing^2 (lattice resolved)
     c.eval.decision = "round"     # final lattice decision: round | ml | denoiser
     c.eval.sampler_steps = (20, 100, 1000)  # oracle mode: step counts compared
-    c.eval.output_dir = ""        # oracle mode output directory
+    c.eval.output_dir = ""        # '': the workdir (split), W/scores/<file name>-<folder hash>/ (eval.input), '.' (oracle)
+    c.eval.overwrite = False      # network mode: False refuses an output folder that already holds a report
     c.eval.input = ""             # network mode: a .npy of counts [N, *event_shape] to score instead of the split
+    c.eval.limit = 0              # eval.input: score the first N rows only (0: every row)
     return c

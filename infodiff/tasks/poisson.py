@@ -575,7 +575,7 @@ RULES: tuple[cr.Conditional, ...] = (
              cr.equals("process.proposal", "manual")),
     *cr.keys(("eval.loc", "eval.scale", "eval.clip"), "eval.proposal = 'manual'", cr.equals("eval.proposal", "manual")),
     cr.Conditional("eval.alpha_guard", "eval.high_snr_guard = 'round'", cr.equals("eval.high_snr_guard", "round")),
-    *cr.keys(("eval.sampler_steps", "eval.output_dir"), "eval.mode = 'oracle'", _ORACLE),
+    cr.Conditional("eval.sampler_steps", "eval.mode = 'oracle'", _ORACLE),
     cr.Conditional("eval.channel_shift", "eval.channel_defensive > 0",
                    lambda c: float(cr.get(c, "eval.channel_defensive", 0.0)) > 0),
     cr.Conditional("model.init_prior", "model.head = 'categorical'", cr.equals("model.head", "categorical")),

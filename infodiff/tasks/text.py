@@ -21,6 +21,7 @@ from infodiff import config_rules as cr
 from infodiff import oracles
 from infodiff import schedules as schedules_lib
 from infodiff.data import text as text_data
+from infodiff.data import text_bytes
 from infodiff.networks.transformer import ATTENTIONS, Transformer
 from infodiff.tasks import OracleCase, Task
 from infodiff.validation import validate_token_stream
@@ -31,17 +32,32 @@ __all__ = ["TextTask", "load_text_corpus", "compute_dtype", "make_transformer", 
 
 
 def load_text_corpus(config: ml_collections.ConfigDict) -> text_data.TextCorpus:
-    """The corpus of ``config.data``: the embedded one, or a text8 file (``data.path``).
+    """The corpus of ``config.data``: the embedded one, or a text8 file (``data.path``); ``data.name``
+    'bytes': the embedded corpus as raw UTF-8 bytes (:mod:`infodiff.data.text_bytes`).
 
     Raises ValueError if ``data.name`` is 'text8' and no ``data.path`` is given (rather than
-    silently training on the embedded corpus).
+    silently training on the embedded corpus), or 'bytes' with a ``data.path`` or a
+    ``data.vocab_size`` other than 256.
     """
+    if is_bytes(config):
+        if config.data.get("path", ""):
+            raise ValueError(f"config.data.path={config.data.path!r} is set but config.data.name is 'bytes' (the "
+                             "embedded corpus as UTF-8 bytes): clear data.path")
+        if int(config.data.vocab_size) != text_bytes.VOCAB_SIZE:
+            raise ValueError(f"config.data.vocab_size={config.data.vocab_size} with data.name 'bytes': set it to 256 "
+                             "(the byte values; the mask id is 256)")
+        return text_bytes.load_corpus(config.data.cache_dir or None)
     if config.data.get("name", "text") == "text8" and not config.data.path:
         raise ValueError(
             "config.data.name is 'text8' but config.data.path is empty: pass "
             "--config.data.path=/path/to/text8"
         )
     return text_data.load_corpus(config.data.path or None, config.data.cache_dir or None)
+
+
+def is_bytes(config) -> bool:
+    """Whether ``config.data`` is byte-level text (``data.name == 'bytes'``): 256 byte values, bits per byte."""
+    return str(config.data.get("name", "text")) == "bytes"
 
 
 def _text_valid_batches(valid: np.ndarray, config: ml_collections.ConfigDict) -> np.ndarray:
@@ -227,8 +243,16 @@ class TextTask(Task):
 
     @property
     def units(self):
-        return {"item": "sequence", "nll": "nats per sequence", "bits": "bits per character",
+        return {"item": "sequence", "nll": "nats per sequence", "bits": f"bits per {self.tokenizer.unit}",
                 "tokens_per_item": self.seq_len}
+
+    @functools.cached_property
+    def tokenizer(self):
+        """How user strings become ids (:class:`infodiff.data.tokenizers.Tokenizer`): ``BYTES`` for a byte run
+        (``data.name == 'bytes'``), else ``TEXT8`` (the corpus's cleaning)."""
+        from infodiff.data import tokenizers
+
+        return tokenizers.BYTES if is_bytes(self.config) else tokenizers.TEXT8
 
     @property
     def schedule_obj(self):
@@ -249,11 +273,12 @@ class TextTask(Task):
         info = {"name": corpus.name, "split": str(ev.split),
                 "checksum": corpus.checksums.get(text_data.split_key(ev.split)),
                 "item_size": L, "num_items": int(len(chunks)), "total_items": int(total),
-                "unigram_entropy_bits_per_char": text_data.unigram_entropy_bits(corpus.train)}
+                "unigram_entropy_bits_per_char": text_data.unigram_entropy_bits(corpus.train, self.vocab_size)}
         return chunks, info, subset
 
     def _decoded(self, gen, sampler, steps):
-        return {"samples": [text_data.decode(np.asarray(row)) for row in gen], "array": np.asarray(gen),
+        decode = text_bytes.decode if is_bytes(self.config) else text_data.decode
+        return {"samples": [decode(np.asarray(row)) for row in gen], "array": np.asarray(gen),
                 "sampler": sampler, "sample_steps": steps}
 
 
