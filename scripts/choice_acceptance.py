@@ -56,6 +56,7 @@ def main():
     hs = ch["summary"]["infodiff_corpus_mc"]
     h_choice = np.array([q["choice"] for q in sorted(ch["questions"], key=lambda q: q["doc_id"])])
     res["harness"] = {"acc": lm["acc,none"], "acc_stderr": lm["acc_stderr,none"], **hs, "wall_s": wall}
+    _save(a.out, res)
 
     out_dir = os.path.join(a.out, "evaluate")
     wall, _ = _run([py, "evaluate.py", "--workdir", a.workdir, f"--config.eval.input={a.out}/mc.jsonl",
@@ -70,6 +71,7 @@ def main():
                                                       "fraction_decided", "forward_passes_per_question_mean")}
     res["evaluate"]["wall_s"] = wall
     res["harness_equals_evaluate"] = bool(np.array_equal(h_choice, e_choice))
+    _save(a.out, res)
 
     import infodiff
 
@@ -85,6 +87,7 @@ def main():
         "passes_ratio_fixed_over_adaptive": fixed.forward_passes.mean() / np.mean([r["forward_passes"] for r in rows]),
         "agreement": float(agree.mean()), "agreement_on_decided": float(agree[dec].mean()) if dec.any() else None,
         "fixed_fraction_decided": fixed.fraction_decided}
+    _save(a.out, res)
     n = min(a.decoupled, len(qs))
     t = time.time()
     dcp = run.choose(P[:n], C[:n], answers=A[:n], coupled=False)
@@ -116,6 +119,11 @@ def main():
     with open(os.path.join(a.out, "acceptance.json"), "w") as f:
         json.dump(res, f, indent=1, default=float)
     print(json.dumps(res, indent=1, default=float))
+
+
+def _save(out, res):
+    with open(os.path.join(out, "acceptance.json"), "w") as f:
+        json.dump(res, f, indent=1, default=float)
 
 
 def _has_output_dir() -> bool:
