@@ -101,8 +101,8 @@ def common(config, seed: int, t0: float, *, checkpoint: dict | None = None, data
     line; ``git``: :func:`git_info`; ``provenance``: :func:`infodiff.provenance.collect` with the
     ``checkpoint`` and ``data`` digests given, else, for a config with a ``data.path`` file, that
     file's SHA-256)."""
-    path = str(config.get("data", {}).get("path", "") or "")
-    if data is None and path and os.path.isfile(path):
+    path = "" if data is not None else str(config.get("data", {}).get("path", "") or "")  # read only when needed
+    if path and os.path.isfile(path):
         from infodiff.data import text as text_data
 
         data = {"path": os.path.abspath(path), "sha256": text_data.sha256_file(path)}
