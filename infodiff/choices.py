@@ -30,12 +30,16 @@ samples with its margin 5.5 SE from the exact value; a first round of 32 made no
 nearly the same cost (RESULTS.md, "Multiple choice"). ``adaptive=False`` draws
 ``num_samples`` per option once (a fixed budget) and applies the same test.
 
-**MC error of the accuracy.** ``p_flip`` per question: the probability that its decision would
-change with unlimited samples, ``min(1, sum_j Phi_t(-margin_j / se_j))`` (the t distribution of
-the margins, union bound over rivals). With answers, ``accuracy_mc_stderr = sqrt(sum p(1 - p)) / Q``
-is the Monte Carlo error of the accuracy (flips are independent across questions); beside it,
-``accuracy_stderr = sqrt(acc (1 - acc) / (Q - 1))`` is the error from the sample of questions
-(lm-evaluation-harness's ``acc_stderr``).
+**MC error of the accuracy.** ``p_best[q][j]``: the probability that option j is the best with
+unlimited samples, from the normal law of the options' mean NELBOs (their coupled samples'
+covariance / S, each variance the option's SE^2; :data:`BEST_DRAWS` draws, ties broken at random,
+a fixed seed per question), so that k exactly tied options get 1/k each. ``p_flip = 1 -
+p_best[choice]``: the probability that the decision would change. Whether a question is answered
+right with unlimited samples is Bernoulli(p_best[answer]); not knowing the answer (lm-eval's model
+does not), its variance is at most ``v_q = max_j p_best[j] (1 - p_best[j])``, and
+``accuracy_mc_stderr = sqrt(sum_q v_q) / Q`` (questions independent) bounds the Monte Carlo error
+of the accuracy. Beside it, ``accuracy_stderr = sqrt(acc (1 - acc) / (Q - 1))`` is the error from
+the sample of questions (lm-evaluation-harness's ``acc_stderr``).
 """
 
 from __future__ import annotations
@@ -95,6 +99,7 @@ class Choices:
     max_samples: int
     first_samples: int
     estimator: str
+    p_best: list = dataclasses.field(default_factory=list)
     answers: np.ndarray | None = None
     info: dict = dataclasses.field(default_factory=dict)
 
@@ -115,11 +120,10 @@ class Choices:
         return math.sqrt(a * (1 - a) / (len(self.choice) - 1))
 
     @property
-    def accuracy_mc_stderr(self) -> float | None:
-        """sqrt(sum_q p_flip (1 - p_flip)) / Q: the Monte Carlo error of the accuracy."""
-        if self.answers is None:
-            return None
-        return float(np.sqrt(np.sum(self.p_flip * (1 - self.p_flip))) / len(self.choice))
+    def accuracy_mc_stderr(self) -> float:
+        """sqrt(sum_q max_j p_best (1 - p_best)) / Q: a bound on the Monte Carlo error of the
+        accuracy that needs no answers (module docstring)."""
+        return mc_stderr(self.p_best)
 
     @property
     def fraction_decided(self) -> float:
@@ -136,9 +140,9 @@ class Choices:
                "expected_flips": float(self.p_flip.sum()), "confidence": self.confidence,
                "adaptive": self.adaptive, "coupled": self.coupled, "first_samples": self.first_samples,
                "max_samples": self.max_samples, "estimator": self.estimator}
+        out["accuracy_mc_stderr"] = self.accuracy_mc_stderr
         if self.answers is not None:
-            out.update(accuracy=self.accuracy, accuracy_stderr=self.accuracy_stderr,
-                       accuracy_mc_stderr=self.accuracy_mc_stderr)
+            out.update(accuracy=self.accuracy, accuracy_stderr=self.accuracy_stderr)
         return out
 
 
@@ -187,12 +191,42 @@ def _decide(margin, se_raw, dof, chosen, alpha):
     return bool(np.all((s > 0) & (m > q * s)) or (np.all(s == 0) and np.all(m > 0)))
 
 
-def _p_flip(margin, se_raw, dof, chosen):
-    rivals = np.arange(len(margin)) != chosen
-    m, s = margin[rivals], se_raw[rivals]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        p = np.where(s > 0, scipy.stats.t.cdf(-m / np.where(s > 0, s, 1), max(dof, 1)), (m <= 0).astype(float))
-    return float(min(1.0, p.sum()))
+BEST_DRAWS = 4096  # normal draws per question for p_best
+
+
+def best_probabilities(samples_NxS, exact_N, stderr_N, seed: int) -> np.ndarray:
+    """float64 [N]: P(option n has the smallest NELBO with unlimited samples) under the normal law
+    of the mean NELBOs: means ``samples.mean + exact``, correlations of the coupled samples,
+    variances ``stderr_N**2`` (module docstring). Ties are broken at random; ``seed`` fixes the
+    draws."""
+    N, S = samples_NxS.shape
+    mean = samples_NxS.mean(axis=1) + exact_N
+    rng = np.random.default_rng(seed)
+    if S > 1:
+        cov = np.atleast_2d(np.cov(samples_NxS))
+        sd = np.sqrt(np.clip(np.diag(cov), 0, None))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            corr = np.where(np.outer(sd, sd) > 0, cov / np.outer(sd, sd), 0.0)
+        np.fill_diagonal(corr, 1.0)
+        cov = corr * np.outer(stderr_N, stderr_N)
+        w, v = np.linalg.eigh(cov)
+        w = np.where(w > 1e-12 * max(float(w.max()), 1e-300), w, 0.0)  # rounding of a singular covariance
+        z = rng.standard_normal((BEST_DRAWS, N)) @ (v * np.sqrt(w)).T
+    else:
+        z = np.zeros((BEST_DRAWS, N))
+    draws = mean + z
+    ties = rng.random((BEST_DRAWS, N))  # exactly equal draws (identical options): a random winner
+    tied = np.isclose(draws, draws.min(axis=1, keepdims=True), rtol=1e-9, atol=1e-9)  # float rounding of equal rows
+    order = np.argmin(np.where(tied, ties, np.inf), axis=1)
+    return np.bincount(order, minlength=N) / BEST_DRAWS
+
+
+def mc_stderr(p_best: list) -> float:
+    """sqrt(sum_q max_j p (1 - p)) / Q over questions' :func:`best_probabilities`."""
+    if not len(p_best):
+        return float("nan")
+    v = [float(np.max(p * (1 - p))) for p in p_best]
+    return float(np.sqrt(np.sum(v)) / len(v))
 
 
 def choose(run, prompts, choices, *, answers=None, confidence: float = 0.95, num_samples: int | None = None,
@@ -234,7 +268,7 @@ def choose(run, prompts, choices, *, answers=None, confidence: float = 0.95, num
     ctx = scoring.prompt_contexts(p_ids, run.tokenizer)
     options, changed = [], []
     for i, c in enumerate(choices):
-        ids, ch = scoring.encode_rows(c, f"choices[{i}]", run.tokenizer)
+        ids, ch = scoring.encode_rows(c, f"choices[{i}] option", run.tokenizer)
         options.append(ids)
         changed.append(_sum_dicts([p_changed[i], *ch]))
     run.last_changed = changed
@@ -259,7 +293,7 @@ def choose_tokens(run, contexts, options, *, answers=None, confidence=0.95, num_
     L = run.seq_len
     key = jax.random.fold_in(run.key(seed), CHOICE_STREAM)
     num_looks = looks(first, cap)
-    out = {k: [None] * Q for k in ("nll", "nll_stderr")}
+    out = {k: [None] * Q for k in ("nll", "nll_stderr", "p_best")}
     vec = {k: np.zeros(Q, t) for k, t in (("choice", np.int64), ("runner_up", np.int64), ("margin", float),
                                           ("margin_stderr", float), ("p_flip", float), ("decided", bool),
                                           ("samples", np.int64), ("forward_passes", np.int64), ("rounds", np.int64))}
@@ -272,8 +306,8 @@ def choose_tokens(run, contexts, options, *, answers=None, confidence=0.95, num_
         for j in range(1, n):
             if not np.array_equal(wins[j].row_W, wins[0].row_W):
                 bad = next(i for i in range(len(qs)) if (wins[j].row_W == i).sum() != (wins[0].row_W == i).sum())
-                raise ValueError(f"choices[{qs[bad]}]: its options need the same number of windows of the model's "
-                                 f"length {L} (option 0: {len(options[qs[bad]][0])} tokens, option {j}: "
+                raise ValueError(f"choices[{qs[bad]}] has options that need different numbers of windows of the "
+                                 f"model's length {L} (option 0: {len(options[qs[bad]][0])} tokens, option {j}: "
                                  f"{len(options[qs[bad]][j])}); use options of at most {L} tokens")
         context_seen[qs] = wins[0].context_R
         alpha = decision_level(confidence, n, num_looks)
@@ -323,11 +357,12 @@ def choose_tokens(run, contexts, options, *, answers=None, confidence=0.95, num_
             vec["choice"][q], vec["runner_up"][q] = c, ru
             vec["margin"][q], vec["margin_stderr"][q] = m[ru], diff_se[ru]
             vec["decided"][q] = _decide(m, se_raw, dof, c, alpha)
-            vec["p_flip"][q] = _p_flip(m, se_raw, dof, c)
+            out["p_best"][q] = best_probabilities(s, exact[qi], se, seed=q)
+            vec["p_flip"][q] = 1.0 - out["p_best"][q][c]
             vec["samples"][q], vec["forward_passes"][q], vec["rounds"][q] = s.shape[1], passes[qi], len(samples[qi])
     return Choices(out["nll"], out["nll_stderr"], confidence=float(confidence), adaptive=bool(adaptive),
                    coupled=bool(coupled), max_samples=int(cap), first_samples=int(first),
-                   estimator=run.process.estimator, answers=answers,
+                   estimator=run.process.estimator, p_best=out["p_best"], answers=answers,
                    info={"bound": "nelbo", "context_per_question": context_seen}, **vec)
 
 

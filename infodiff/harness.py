@@ -39,20 +39,23 @@ bound on its log p; :mod:`infodiff.scoring`):
 After a run, :attr:`InfodiffLM.records` holds each multiple-choice question's decision (margin ±
 SE, decided, p_flip, forward passes, every option's value ± SE), :attr:`single_records` each
 single request's value ± SE and :attr:`rolling_records` each document's (with ``--output_path``:
-``infodiff_choices.json``, ``infodiff_single.json``, ``infodiff_rolling.json``) and :meth:`InfodiffLM.choice_summary` the fraction decided,
+``infodiff_choices_<time>.json``, ``infodiff_single_<time>.json``, ``infodiff_rolling_<time>.json``:
+a rerun into the same folder adds files, as lm-eval's own results do) and :meth:`InfodiffLM.choice_summary` the fraction decided,
 the forward passes per question and the Monte Carlo error of the accuracy,
 ``sqrt(sum p_flip (1 - p_flip)) / questions`` (:mod:`infodiff.choices`), which lm-eval's
 ``acc_stderr`` (the sampling of questions) does not include; ``python -m infodiff.harness``
 prints it after lm-eval's table and writes it beside lm-eval's results (``--output_path``).
+``acc_mutual_info``'s unconditional requests (context "") are scored as their own questions and
+left out of the summary.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -102,6 +105,22 @@ class InfodiffLM(LM):
                  adaptive=True, seed: int | None = None, interval_orders: int = 0, batch_size=None,
                  max_batch_size=None, device=None, **unknown):
         super().__init__()
+
+        def as_int(name, v):
+            if v is None:
+                return None
+            try:
+                return int(v)
+            except (TypeError, ValueError):
+                raise ValueError(f"model_args {name}={v!r} must be an integer") from None
+
+        num_samples, first_samples, max_samples, seed, interval_orders = (
+            as_int("num_samples", num_samples), as_int("first_samples", first_samples),
+            as_int("max_samples", max_samples), as_int("seed", seed), as_int("interval_orders", interval_orders))
+        try:
+            confidence = float(confidence)
+        except (TypeError, ValueError):
+            raise ValueError(f"model_args confidence={confidence!r} must be a number in (0, 1)") from None
         if unknown:
             raise ValueError(f"unknown model_args {sorted(unknown)}; the infodiff model takes workdir, estimator, "
                              "num_samples, first_samples, max_samples, confidence, coupled, adaptive, seed, "
@@ -120,7 +139,10 @@ class InfodiffLM(LM):
         self.confidence = float(confidence)
         self.coupled, self.adaptive = _as_bool(coupled, "coupled"), _as_bool(adaptive, "adaptive")
         self.seed = seed if seed is None else int(seed)
-        choices_lib.check_settings(self.confidence, self.first_samples, self.max_samples)
+        try:
+            choices_lib.check_settings(self.confidence, self.first_samples, self.max_samples)
+        except ValueError as e:
+            raise ValueError(f"model_args: {e} (num_samples here is first_samples)") from None
         self.interval_orders = int(interval_orders)
         self.records: list[dict] = []
         self.rolling_records: list[dict] = []
@@ -153,11 +175,19 @@ class InfodiffLM(LM):
 
     # -- lm-eval's request types ------------------------------------------------------------------
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-        groups: dict = {}
+        docs: dict = {}
         for i, req in enumerate(requests):
             context, continuation = req.args[0], req.args[1]
-            gid = (req.task_name, req.doc_id) if req.doc_id is not None else ("", context)
-            groups.setdefault(gid, []).append((i, context, continuation))
+            did = (req.task_name, req.doc_id) if req.doc_id is not None else ("", context)
+            docs.setdefault(did, []).append((i, context, continuation))
+        groups: dict = {}
+        for did, members in docs.items():
+            contexts = {c for _, c, _ in members}
+            if len(members) > 1 and len({y for _, _, y in members}) == 1 and len(contexts) == len(members):
+                groups[(*did, None)] = members  # Winogrande: one continuation after each option's context
+                continue
+            for m in members:  # one question per context (acc_mutual_info adds an unconditional "" one)
+                groups.setdefault((*did, m[1]), []).append(m)
         out: list = [None] * len(requests)
         seed = self._seed_for_call("loglikelihood")
         multi = [(g, m) for g, m in groups.items() if len(m) >= 2]
@@ -179,13 +209,15 @@ class InfodiffLM(LM):
             for q, (gid, members) in enumerate(multi):
                 for j, (i, _, _) in enumerate(members):
                     out[i] = (-float(res.nll[q][j]), False)
-                self.records.append({"task": gid[0], "doc_id": gid[1], "choice": int(res.choice[q]),
+                self.records.append({"task": gid[0], "doc_id": gid[1], "unconditional": gid[2] == "",
+                                     "choice": int(res.choice[q]),
                                      "runner_up": int(res.runner_up[q]), "margin": float(res.margin[q]),
                                      "margin_stderr": float(res.margin_stderr[q]), "decided": bool(res.decided[q]),
                                      "p_flip": float(res.p_flip[q]), "samples_per_option": int(res.samples[q]),
                                      "forward_passes": int(res.forward_passes[q]),
                                      "option_nll": [float(v) for v in res.nll[q]],
-                                     "option_stderr": [float(v) for v in res.nll_stderr[q]]})
+                                     "option_stderr": [float(v) for v in res.nll_stderr[q]],
+                                     "p_best": [float(v) for v in res.p_best[q]]})
         if single:
             pieces = [self._split(c, y) for _, (_, c, y) in single]
             est = self._conditional([p[0] for p in pieces], [p[1] for p in pieces], seed)
@@ -286,14 +318,16 @@ class InfodiffLM(LM):
         expected flips and the Monte Carlo error of the accuracy (module docstring)."""
         out = {}
         for task in sorted({r["task"] for r in self.records}):
-            rs = [r for r in self.records if r["task"] == task]
+            rs = [r for r in self.records if r["task"] == task and not r["unconditional"]]
+            if not rs:
+                continue
             p = np.array([r["p_flip"] for r in rs])
             fp = np.array([r["forward_passes"] for r in rs])
             out[task] = {"questions": len(rs), "fraction_decided": float(np.mean([r["decided"] for r in rs])),
                          "forward_passes_per_question_mean": float(fp.mean()),
                          "forward_passes_per_question_median": float(np.median(fp)),
                          "expected_flips": float(p.sum()),
-                         "accuracy_mc_stderr": float(math.sqrt(float(np.sum(p * (1 - p)))) / len(rs)),
+                         "accuracy_mc_stderr": choices_lib.mc_stderr([np.asarray(r["p_best"]) for r in rs]),
                          "confidence": self.confidence, "max_samples": self.max_samples,
                          "first_samples": self.first_samples, "coupled": self.coupled, "adaptive": self.adaptive}
         return out
@@ -359,7 +393,7 @@ def main(argv=None) -> int:
             if recs and out:
                 folder = out if not out.endswith(".json") else os.path.dirname(out) or "."
                 os.makedirs(folder, exist_ok=True)
-                with open(os.path.join(folder, name), "w") as f:
+                with open(os.path.join(folder, name.replace(".json", time.strftime("_%Y-%m-%dT%H-%M-%S.json"))), "w") as f:
                     json.dump(recs, f, indent=1)
         if not summary:
             continue
@@ -373,7 +407,7 @@ def main(argv=None) -> int:
         if out:
             os.makedirs(out if not out.endswith(".json") else os.path.dirname(out) or ".", exist_ok=True)
             path = os.path.join(out if not out.endswith(".json") else os.path.dirname(out) or ".",
-                                "infodiff_choices.json")
+                                f"infodiff_choices_{time.strftime('%Y-%m-%dT%H-%M-%S')}.json")
             with open(path, "w") as f:
                 json.dump({"summary": summary, "questions": lm.records}, f, indent=1)
             print(f"  written: {path}")

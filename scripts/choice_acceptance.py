@@ -52,7 +52,7 @@ def main():
                     "--output_path", os.path.join(a.out, "harness")])
     rfile = sorted(glob.glob(os.path.join(a.out, "harness", "**", "results_*.json"), recursive=True))[-1]
     lm = json.load(open(rfile))["results"]["infodiff_corpus_mc"]
-    ch = json.load(open(os.path.join(a.out, "harness", "infodiff_choices.json")))
+    ch = json.load(open(sorted(glob.glob(os.path.join(a.out, "harness", "infodiff_choices_*.json")))[-1]))
     hs = ch["summary"]["infodiff_corpus_mc"]
     h_choice = np.array([q["choice"] for q in sorted(ch["questions"], key=lambda q: q["doc_id"])])
     res["harness"] = {"acc": lm["acc,none"], "acc_stderr": lm["acc_stderr,none"], **hs, "wall_s": wall}

@@ -86,13 +86,20 @@ def test_choices_match_the_exact_chain_and_decisions_are_right(chain, run, quest
         assert res.margin[q] == pytest.approx(res.nll[q][res.runner_up[q]] - res.nll[q][res.choice[q]], abs=1e-9)
     # adaptive: a decided question stops early; an undecided one spends max_samples per option
     assert np.all(res.samples[~res.decided] == 128) and res.samples[res.decided].min() == 32
-    # a tie (the same option twice, coupled: every difference 0) is never decided and sure to flip
-    tie = run.choose([P[0]], [[C[0][0], C[0][0], C[0][1]]])
-    assert not tie.decided[0] and tie.samples[0] == 128 and tie.p_flip[0] == 1.0 and tie.margin[0] == 0.0
+    # a tie (the same option three times, coupled: every difference 0) is never decided; each is best
+    # with probability 1/3, so the accuracy's MC variance of the question is (1/3)(2/3)
+    tie = run.choose([P[0]], [[C[0][0]] * 3])
+    assert not tie.decided[0] and tie.samples[0] == 128 and tie.margin[0] == 0.0
+    np.testing.assert_allclose(tie.p_best[0], 1 / 3, atol=0.03)
+    assert tie.p_flip[0] == pytest.approx(2 / 3, abs=0.03)
+    assert tie.accuracy_mc_stderr == pytest.approx(np.sqrt(2 / 9), abs=0.02)
     n_opts = np.array([len(c) for c in C])  # passes: samples x options (one window each)
     np.testing.assert_array_equal(res.forward_passes, res.samples * n_opts)
     s = res.summary()
-    assert s["accuracy_mc_stderr"] == pytest.approx(np.sqrt(np.sum(res.p_flip * (1 - res.p_flip))) / len(P))
+    v = [np.max(p * (1 - p)) for p in res.p_best]
+    assert s["accuracy_mc_stderr"] == pytest.approx(np.sqrt(np.sum(v)) / len(P))
+    np.testing.assert_allclose(res.p_flip, [1 - p[c] for p, c in zip(res.p_best, res.choice)])
+    assert all(abs(p.sum() - 1) < 1e-12 for p in res.p_best)
     assert res.accuracy_stderr == pytest.approx(np.sqrt(res.accuracy * (1 - res.accuracy) / (len(P) - 1)))
     # same seed -> the same decisions and numbers
     again = run.choose(P, C, answers=answers)
@@ -129,7 +136,7 @@ def test_bad_questions_are_refused(unigram):
         run.choose(["a"], [["b", "c"]], confidence=1.5)
     with pytest.raises(ValueError, match="max_samples=8 is below num_samples=32"):
         run.choose(["a"], [["b", "c"]], max_samples=8)
-    with pytest.raises(ValueError, match=r"choices\[0\]\[1\] is empty"):
+    with pytest.raises(ValueError, match=r"choices\[0\] option\[1\] is empty"):
         run.choose(["a"], [["b", "!!"]])
 
 
@@ -167,6 +174,20 @@ def test_harness_loglikelihood_is_run_choose(unigram, questions):
     assert [r["choice"] for r in lm.records] == res.choice.tolist()
     s = lm.choice_summary()["t"]
     assert s["questions"] == len(questions) and s["accuracy_mc_stderr"] > 0
+
+
+def test_harness_mutual_info_requests_are_their_own_questions(unigram):
+    """acc_mutual_info adds an unconditional request ("" context) per option, with the same doc_id."""
+    from infodiff.harness import InfodiffLM
+
+    lm = InfodiffLM(run=unigram)
+    opts = ["abc", "de", "fgh"]
+    reqs = [(ctx, " " + o) for ctx in ("the prompt", "") for o in opts]
+    out = lm.loglikelihood(_instances("loglikelihood", reqs, [0] * len(reqs)))
+    assert len(lm.records) == 2 and [r["unconditional"] for r in lm.records] == [False, True]
+    assert lm.choice_summary()["t"]["questions"] == 1
+    # the unconditional options are scored without the prompt: their own windows, not the prompt's
+    assert [r["option_nll"] for r in lm.records][1] == pytest.approx([-v for v, _ in out[3:]])
 
 
 @pytest.mark.slow
@@ -265,7 +286,7 @@ def test_harness_cli_evaluate_and_run_choose_agree(run_dir, tmp_path):
                         str(out)], env=env, capture_output=True, text=True, cwd=str(tmp_path), timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "acc MC error" in p.stdout and "tiny_mc" in p.stdout
-    harness = json.loads((out / "infodiff_choices.json").read_text())
+    harness = json.loads(sorted(out.glob("infodiff_choices_*.json"))[-1].read_text())
     h_choice = [q["choice"] for q in sorted(harness["questions"], key=lambda q: q["doc_id"])]
 
     p = subprocess.run([sys.executable, os.path.join(ROOT, "evaluate.py"), "--workdir", str(run_dir),

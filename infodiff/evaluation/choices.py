@@ -67,9 +67,20 @@ def read_choices(path: str, lines: list[str]) -> tuple[str, list[str], dict]:
 def evaluate_choices(config, ids, cols, run, row_errors) -> tuple:
     """(:class:`infodiff.choices.Choices`, rows, summary) of a multiple-choice file;
     ``row_errors``: :mod:`infodiff.evaluation.inputs`' renamer of a row's ValueError."""
+    from infodiff import choices as choices_lib
+
     ev = config.eval
-    first = int(ev.get("choice_samples", 0) or 0) or None
-    cap = int(ev.get("choice_max_samples", 0) or 0) or None
+    conf, first, cap = ev.get("choice_confidence", 0.95), ev.get("choice_samples", 0), ev.get("choice_max_samples", 0)
+    if isinstance(conf, bool) or not isinstance(conf, (int, float)) or not 0 < conf < 1:
+        raise ValueError(f"config.eval.choice_confidence={conf!r} must be a number in (0, 1), e.g. 0.95")
+    for name, v in (("choice_samples", first), ("choice_max_samples", cap)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v == 1:
+            raise ValueError(f"config.eval.{name}={v!r} must be 0 (the default) or an integer >= 2 (samples per option)")
+    d_first, d_cap = choices_lib.default_samples(run.process)
+    first, cap = first or d_first, cap or max(d_cap, first or d_first)
+    if cap < first:
+        raise ValueError(f"config.eval.choice_max_samples={cap} is below the first round's {first} samples per option "
+                         "(config.eval.choice_samples); raise it or leave it 0")
     res = row_errors(lambda: run.choose(cols["prompt"], cols["choices"], answers=cols.get("answer"),
                                         confidence=float(ev.get("choice_confidence", 0.95)), num_samples=first,
                                         max_samples=cap), ids)
@@ -81,7 +92,8 @@ def evaluate_choices(config, ids, cols, run, row_errors) -> tuple:
              "prompt_chars": int(res.info["prompt_tokens"][q]), "context_chars": int(res.info["context_per_question"][q]),
              "options": len(cols["choices"][q]), "choice": int(res.choice[q]), "runner_up": int(res.runner_up[q]),
              "decided": bool(res.decided[q]), "p_flip": float(res.p_flip[q]), "rounds": int(res.rounds[q]),
-             "option_nll": [float(v) for v in res.nll[q]], "option_se": [float(v) for v in res.nll_stderr[q]]}
+             "option_nll": [float(v) for v in res.nll[q]], "option_se": [float(v) for v in res.nll_stderr[q]],
+             "p_best": [float(v) for v in res.p_best[q]]}
         if res.answers is not None:
             r.update(answer=int(res.answers[q]), correct=bool(res.correct[q]))
         rows.append(r)

@@ -62,6 +62,9 @@ def evaluate_compare(config, workdir: str, other: str) -> tuple[dict, str]:
                          "(.txt, one document per line, or .jsonl {\"prompt\", \"response\"})")
     read_notes: list = []
     kind, ids, cols = inputs.read_input(path, str(ev.input_unit), notes=read_notes)
+    if kind == "choices":
+        raise ValueError(f"{path} holds multiple-choice questions; --compare scores documents (.txt) or "
+                         "{prompt, response} pairs: score the questions with each run on its own")
     if kind == "ratios":
         raise ValueError(f"{path} holds ratios ({{prompt, a, b}}); --compare scores documents (.txt) or "
                          "{prompt, response} pairs: score a and b as pairs")

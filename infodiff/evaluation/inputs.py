@@ -367,7 +367,7 @@ def _report(config, kind, quantity, units, bound, path, n_rows, workdir, checkpo
                             data={"path": os.path.abspath(path), "sha256": sha}))
     out = report_lib.Report(rep.to_dict(), attachments=attachments)
     if est.few_samples and not est.infinite_variance:
-        key = "eval.num_samples" if kind == "counts" else "eval.input_samples"
+        key = {"counts": "eval.num_samples", "choices": "eval.choice_samples"}.get(kind, "eval.input_samples")
         out.setdefault("notes", []).append(
             f"config.{key}={est.num_samples} is below the estimator's min_samples={est.min_samples}: the per-row "
             f"SEs are too small (few_samples); use --config.{key}={est.min_samples} or more")
@@ -526,6 +526,12 @@ def _evaluate_choices(config, workdir, t0, path, ids, cols, run, order, read_not
                   rows, out_dir, t0)
     if read_notes:
         rep.setdefault("notes", []).extend(read_notes)
+    cut = [r["id"] for r in rows if r["context_chars"] < r["prompt_chars"]]
+    if cut:
+        rep.setdefault("notes", []).append(
+            f"{len(cut)} of {len(rows)} questions saw only the last characters of their prompt (the model sees "
+            f"{run.seq_len}: the options' first window keeps L - the longest option; rows.jsonl: context_chars): ids "
+            f"{', '.join(cut[:10])}{', ...' if len(cut) > 10 else ''}")
     undecided = [r["id"] for r in rows if not r["decided"]]
     if undecided:
         rep.setdefault("notes", []).append(

@@ -808,7 +808,10 @@ class InputRow(Schema):
                          required=False)
     decided: bool = key("choices: the choice beat every rival at `eval.choice_confidence` (Bonferroni over rivals "
                         "and rounds)", required=False)
-    p_flip: float = key("choices: the probability that more samples would change the choice", required=False)
+    p_flip: float = key("choices: the probability that more samples would change the choice (1 − p_best of it)",
+                        required=False)
+    p_best: list = key("choices: per option, the probability that it is the best with unlimited samples",
+                       required=False)
     rounds: int = key("choices: adaptive rounds drawn", required=False)
     option_nll: list = key("choices: −log p(option | prompt) of every option (NELBO)", unit="nats", required=False)
     option_se: list = key("choices: their standard errors", unit="nats", required=False)
@@ -826,8 +829,10 @@ def _input_summary_rows(r) -> list:
                 f"option, {'coupled' if s['coupled'] else 'decoupled'} options)"),
                ("expected flips", f"{s['expected_flips']:.3g} questions (would change with unlimited samples)")]
         if "accuracy" in s:
-            out.insert(0, ("accuracy", f"{s['accuracy']:.4f} ± {s['accuracy_stderr']:.4f} (questions) "
-                                       f"± {s['accuracy_mc_stderr']:.4f} (Monte Carlo)"))
+            se = "" if s.get("accuracy_stderr") is None else f" ± {s['accuracy_stderr']:.4f} (questions)"
+            out.insert(0, ("accuracy", f"{s['accuracy']:.4f}{se} ± {s['accuracy_mc_stderr']:.4f} (Monte Carlo, at most)"))
+        else:
+            out.append(("Monte Carlo error of an accuracy", f"at most {s['accuracy_mc_stderr']:.4f}"))
         return out
     if fmt == "ratios":
         return [("mean log-ratio", f"{s['mean_log_ratio']:+.4f} ± {s['mean_log_ratio_stderr']:.4f}"),
@@ -916,9 +921,10 @@ class InputReport(Provenance, PerRowSE, Head):
                         "`rows_prompt_cut` (rows that saw only the end of their prompt), `rows_prompt_unseen` (saw "
                         "none of it); choices: `questions`, `fraction_decided`, `forward_passes_per_question_mean` "
                         "(`_median`, `_max`), `samples_per_option_mean`, `expected_flips` (the sum of `p_flip`), "
-                        "`confidence`, `adaptive`, `coupled`, `first_samples`, `max_samples`, `estimator` and with "
-                        "answers `accuracy`, `accuracy_stderr` (from the sample of questions, lm-eval's) and "
-                        "`accuracy_mc_stderr` (Monte Carlo: sqrt(sum p_flip (1 - p_flip)) / questions)", unit="nats", text=Rows(_input_summary_rows))
+                        "`confidence`, `adaptive`, `coupled`, `first_samples`, `max_samples`, `estimator`, "
+                        "`accuracy_mc_stderr` (a bound on the accuracy's Monte Carlo error: sqrt(sum over questions "
+                        "of max_j p_best (1 - p_best)) / questions, infodiff.choices) and with answers `accuracy`, "
+                        "`accuracy_stderr` (from the sample of questions, lm-eval's; null for one question)", unit="nats", text=Rows(_input_summary_rows))
     cleaning: dict = key("runs that clean their input (text8): `statement` (that a cleaned copy is scored, "
                          "not the input as given), `rules`, `rows_changed`, `characters` ({character: count} "
                          "outside a-z and space, changed by the text8 cleaning); absent for byte runs (nothing "
