@@ -327,3 +327,15 @@ def test_choices_file_errors(tmp_path):
         read(['{"prompt": "a", "choices": ["b"]}\n'])
     with pytest.raises(ValueError, match=r"mc.jsonl:2: keys"):
         read(['{"prompt": "a", "choices": ["b", "c"]}\n', '{"prompt": "a", "response": "b"}\n'])
+
+
+def test_report_rows_of_one_question_with_an_answer():
+    """One question: lm-eval's acc_stderr is not defined (null), the report still renders."""
+    from infodiff.evaluation import report as report_lib
+
+    s = {"questions": 1, "fraction_decided": 1.0, "confidence": 0.95, "forward_passes_per_question_mean": 64.0,
+         "forward_passes_per_question_median": 64.0, "forward_passes_per_question_max": 64, "adaptive": True,
+         "first_samples": 32, "max_samples": 128, "coupled": True, "expected_flips": 0.0, "accuracy": 1.0,
+         "accuracy_stderr": None, "accuracy_mc_stderr": 0.0}
+    rows = dict(report_lib._input_summary_rows({"summary": s, "input": {"format": "choices"}}))
+    assert rows["accuracy"].startswith("1.0000 ± 0.0000 (Monte Carlo")
