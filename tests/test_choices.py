@@ -339,3 +339,12 @@ def test_report_rows_of_one_question_with_an_answer():
          "accuracy_stderr": None, "accuracy_mc_stderr": 0.0}
     rows = dict(report_lib._input_summary_rows({"summary": s, "input": {"format": "choices"}}))
     assert rows["accuracy"].startswith("1.0000 ± 0.0000 (Monte Carlo")
+
+
+def test_lm_eval_command_without_the_extra_is_one_line():
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    code = "import sys; sys.modules['lm_eval'] = None; from infodiff.commands import lm_eval; sys.exit(lm_eval.run())"
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and p.stderr.strip().splitlines() == [
+        "error: infodiff.harness needs lm-evaluation-harness: pip install -e '.[harness]' "
+        "(or pip install 'lm-eval>=0.4.13')"]
