@@ -10,7 +10,6 @@ the Monte Carlo error (:class:`infodiff.choices.Choices`). Same seed, same file 
 
 from __future__ import annotations
 
-import json
 
 __all__ = ["read_choices", "evaluate_choices"]
 
@@ -20,16 +19,10 @@ def read_choices(path: str, lines: list[str]) -> tuple[str, list[str], dict]:
     Raises ValueError naming the file and line for a line that is not a JSON object, other keys, a
     prompt that is not a string, fewer than 2 options or an option that is not a string, an answer
     that is not an option index, answers on some lines only, a repeated id, or no rows."""
+    from infodiff.evaluation import inputs
+
     ids, cols, seen, with_answer = [], {"prompt": [], "choices": [], "answer": []}, {}, None
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{i}: not valid JSON ({e.msg}, column {e.colno})") from None
-        if not isinstance(obj, dict):
-            raise ValueError(f"{path}:{i}: expected a JSON object, got {type(obj).__name__}")
+    for i, obj in inputs.json_rows(path, lines):
         keys = set(obj) - {"id"}
         if keys not in ({"prompt", "choices"}, {"prompt", "choices", "answer"}):
             raise ValueError(f"{path}:{i}: keys {sorted(obj)}; a multiple-choice file (line 1 has \"choices\") needs "
@@ -48,13 +41,7 @@ def read_choices(path: str, lines: list[str]) -> tuple[str, list[str], dict]:
             if isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < len(c):
                 raise ValueError(f"{path}:{i}: 'answer' must be the index of an option, 0 to {len(c) - 1}; got {a!r}")
             cols["answer"].append(a)
-        rid = obj.get("id", i)
-        if isinstance(rid, bool) or not isinstance(rid, (str, int)):
-            raise ValueError(f"{path}:{i}: \"id\" must be a string or an integer, got {rid!r}")
-        if str(rid) in seen:
-            raise ValueError(f"{path}:{i}: id {rid!r} was already used on line {seen[str(rid)]}")
-        seen[str(rid)] = i
-        ids.append(str(rid))
+        ids.append(inputs.row_id(path, i, obj, seen))
         cols["prompt"].append(p)
         cols["choices"].append(c)
     if not ids:

@@ -45,7 +45,7 @@ from infodiff.evaluation import intervals, plots
 from infodiff.evaluation import report as report_lib
 
 __all__ = ["read_input", "evaluate_input", "INPUT_UNITS", "row_attachments", "row_errors", "sha256", "run_checkpoint",
-           "default_out_dir", "shown"]
+           "default_out_dir", "shown", "json_rows", "row_id"]
 
 INPUT_UNITS = ("line", "file")
 LN2 = math.log(2.0)
@@ -136,6 +136,33 @@ def _skip_empty(path: str, kind: str, ids: list, cols: dict, lines: list, tokeni
     return [ids[i] for i in keep], {k: [v[i] for i in keep] for k, v in cols.items()}
 
 
+def json_rows(path: str, lines: list[str]):
+    """(line number, JSON object) of each non-empty line of a .jsonl file. Raises ValueError naming
+    the file and line for a line that is not valid JSON or not an object."""
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{i}: not valid JSON ({e.msg}, column {e.colno})") from None
+        if not isinstance(obj, dict):
+            raise ValueError(f"{path}:{i}: expected a JSON object, got {type(obj).__name__}")
+        yield i, obj
+
+
+def row_id(path: str, i: int, obj: dict, seen: dict) -> str:
+    """A row's id: its "id" (a string or an integer) or its line number ``i``; ``seen`` {id: line}
+    is updated. Raises ValueError naming the file and line for another type or a repeated id."""
+    rid = obj.get("id", i)
+    if isinstance(rid, bool) or not isinstance(rid, (str, int)):
+        raise ValueError(f"{path}:{i}: \"id\" must be a string or an integer, got {rid!r}")
+    if str(rid) in seen:
+        raise ValueError(f"{path}:{i}: id {rid!r} was already used on line {seen[str(rid)]}")
+    seen[str(rid)] = i
+    return str(rid)
+
+
 def read_input(path: str, unit: str = "line", notes: list | None = None,
                tokenizer: scoring.Tokenizer = scoring.TEXT8) -> tuple[str, list[str], dict]:
     """(kind 'text' | 'pairs' | 'ratios', row ids, columns {name: list of str}) of a user file.
@@ -183,15 +210,7 @@ def read_input(path: str, unit: str = "line", notes: list | None = None,
         return choices_eval.read_choices(path, lines)
     kind, ids, cols = None, [], {}
     seen, line_of = {}, []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{i}: not valid JSON ({e.msg}, column {e.colno})") from None
-        if not isinstance(obj, dict):
-            raise ValueError(f"{path}:{i}: expected a JSON object, got {type(obj).__name__}")
+    for i, obj in json_rows(path, lines):
         keys = tuple(sorted(k for k in obj if k != "id"))
         k = _KINDS.get(keys)
         if k is None:
@@ -204,13 +223,7 @@ def read_input(path: str, unit: str = "line", notes: list | None = None,
             if not isinstance(obj[name], str):
                 raise ValueError(f"{path}:{i}: {name!r} must be a string, got {type(obj[name]).__name__}")
             cols.setdefault(name, []).append(obj[name])
-        rid = obj.get("id", i)
-        if isinstance(rid, bool) or not isinstance(rid, (str, int)):
-            raise ValueError(f"{path}:{i}: \"id\" must be a string or an integer, got {rid!r}")
-        if str(rid) in seen:
-            raise ValueError(f"{path}:{i}: id {rid!r} was already used on line {seen[str(rid)]}")
-        seen[str(rid)] = i
-        ids.append(str(rid))
+        ids.append(row_id(path, i, obj, seen))
         line_of.append(i)
     if kind is None:
         raise ValueError(f"eval.input {path!r} has no rows")
