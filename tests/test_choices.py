@@ -7,6 +7,7 @@ Oracle: a 1st-order Markov chain over text8's 27 characters scored through
 4 of its SEs of it, and every question decided at 95 % must pick the exact argmax.
 """
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -148,7 +149,8 @@ def test_levels_and_looks():
 # ---------------------------------------------------------------------------------------------
 # The lm-eval model: the same numbers as Run.choose / Run.nll, and is_greedy
 # ---------------------------------------------------------------------------------------------
-lm_eval = pytest.importorskip("lm_eval")
+needs_lm_eval = pytest.mark.skipif(importlib.util.find_spec("lm_eval") is None,
+                                   reason="lm-eval is not installed (pip install -e '.[harness]')")
 
 
 def _instances(kind, args_list, doc_ids=None):
@@ -158,6 +160,7 @@ def _instances(kind, args_list, doc_ids=None):
                      metadata=("t", None if doc_ids is None else doc_ids[i], 1)) for i, a in enumerate(args_list)]
 
 
+@needs_lm_eval
 def test_harness_loglikelihood_is_run_choose(unigram, questions):
     from infodiff.harness import InfodiffLM
 
@@ -176,6 +179,7 @@ def test_harness_loglikelihood_is_run_choose(unigram, questions):
     assert s["questions"] == len(questions) and s["accuracy_mc_stderr"] > 0
 
 
+@needs_lm_eval
 def test_harness_mutual_info_requests_are_their_own_questions(unigram):
     """acc_mutual_info adds an unconditional request ("" context) per option, with the same doc_id."""
     from infodiff.harness import InfodiffLM
@@ -190,6 +194,7 @@ def test_harness_mutual_info_requests_are_their_own_questions(unigram):
     assert [r["option_nll"] for r in lm.records][1] == pytest.approx([-v for v, _ in out[3:]])
 
 
+@needs_lm_eval
 @pytest.mark.slow
 def test_harness_options_with_their_own_contexts(chain, run):
     """Winogrande-style: the options change the context and share the continuation."""
@@ -210,6 +215,7 @@ def test_harness_options_with_their_own_contexts(chain, run):
     assert np.all(np.array([r["choice"] for r in lm.records])[dec] == best[dec])
 
 
+@needs_lm_eval
 @pytest.mark.slow
 def test_harness_single_requests_and_is_greedy(chain, run):
     from infodiff.harness import InfodiffLM
@@ -225,6 +231,7 @@ def test_harness_single_requests_and_is_greedy(chain, run):
     assert lm.single_records[0]["stderr"] == 0.0 and lm.single_records[0]["is_greedy"] is True
 
 
+@needs_lm_eval
 @pytest.mark.slow
 def test_harness_rolling_is_run_nll(chain, run):
     from infodiff.harness import InfodiffLM
@@ -240,6 +247,7 @@ def test_harness_rolling_is_run_nll(chain, run):
     assert np.all(np.abs((est.mean - truth) / est.stderr) < Z_MAX)
 
 
+@needs_lm_eval
 def test_harness_rejects_unknown_model_args(unigram):
     run = unigram
     from infodiff.harness import InfodiffLM
@@ -265,6 +273,7 @@ def run_dir(tmp_path_factory):
     return d
 
 
+@needs_lm_eval
 @pytest.mark.slow
 def test_harness_cli_evaluate_and_run_choose_agree(run_dir, tmp_path):
     qs = [{"id": f"q{i}", "prompt": p, "choices": c, "answer": a} for i, (p, c, a) in enumerate([
