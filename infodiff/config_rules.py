@@ -66,19 +66,23 @@ NO_INPUT: Test = lambda c: not get(c, "eval.input")  # noqa: E731
 
 def is_choices_file(path) -> bool:
     """Whether ``path`` (a config's eval.input) is a multiple-choice .jsonl: its first non-empty
-    line is a JSON object with "choices". True for a file that cannot be read (its own error is
-    then reported where it is read, not as a key that is not read)."""
+    line is a JSON object with "choices" (a UTF-8 BOM allowed). True for a file that cannot be
+    opened (its own error is then reported where it is read, not as a key that is not read); False
+    for a first line that is not JSON (read as another kind, whose reader names the line)."""
     import json
 
     if not path or not str(path).lower().endswith(".jsonl"):
         return False
     try:
-        with open(str(path), encoding="utf-8", errors="replace") as f:
+        with open(str(path), encoding="utf-8-sig", errors="replace") as f:
             for line in f:
                 if line.strip():
-                    obj = json.loads(line)
+                    try:
+                        obj = json.loads(line)
+                    except ValueError:
+                        return False
                     return isinstance(obj, dict) and "choices" in obj
-    except (OSError, ValueError):
+    except OSError:
         return True
     return False
 

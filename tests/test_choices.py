@@ -328,6 +328,9 @@ def test_choices_file_errors(tmp_path):
 
     kind, ids, cols = read(['{"prompt": "a", "choices": ["b", "c"], "answer": 1}\n'])
     assert kind == "choices" and cols["answer"] == [1] and cols["choices"] == [["b", "c"]]
+    f = tmp_path / "bom.jsonl"  # a UTF-8 BOM: still a choices file
+    f.write_bytes(b"\xef\xbb\xbf" + b'{"prompt": "a", "choices": ["b", "c"]}\n')
+    assert inputs.read_input(str(f))[0] == "choices"
     with pytest.raises(ValueError, match=r"mc.jsonl:2: \"answer\" is given on some lines only"):
         read(['{"prompt": "a", "choices": ["b", "c"], "answer": 1}\n', '{"prompt": "a", "choices": ["b", "c"]}\n'])
     with pytest.raises(ValueError, match=r"mc.jsonl:1: 'answer' must be the index of an option, 0 to 1"):
