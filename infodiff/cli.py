@@ -35,7 +35,7 @@ INTERRUPTED = ("interrupted (SIGINT): the work in progress is lost and nothing o
 
 def define_distributed_flags() -> None:
     """``--coordinator_address``, ``--num_processes``, ``--process_id``: how this process joins
-    a multi-process run (README "Running on a pod"); SLURM, Open MPI and multi-host TPU jobs
+    a multi-process run (docs/pods.md); SLURM, Open MPI and multi-host TPU jobs
     are detected without them."""
     from absl import flags
 

@@ -61,7 +61,7 @@ cli.define_compare_flag()
 
 def main(argv):
     del argv
-    if not cli.start_distributed():  # one of several processes (README "Running on a pod"); else nothing
+    if not cli.start_distributed():  # one of several processes (docs/pods.md); else nothing
         cli.use_cpu_cores_as_devices()  # one process: the estimator calls split over the cores
     from infodiff import config_usage, evaluation, parallel, training  # one path for every process and mode
 

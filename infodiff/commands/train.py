@@ -13,7 +13,7 @@ The config is locked: overriding a key that does not exist (a typo) is an error,
 overriding one that this run does not read (infodiff/config_usage.py). Rerunning with
 the same --workdir resumes from its latest checkpoint (the log / eval / checkpoint cadence may
 change; train.num_steps only where the learning rates already used stay the same, else
-optim.decay_steps says how the schedule continues: README "Training longer"; optim.lr and
+optim.decay_steps says how the schedule continues: docs/guide.md "Training longer"; optim.lr and
 optim.grad_clip to recover a diverged run). A diverged run (NaN, exploding gradient norm or
 loss) stops with one line before it saves anything of the bad state. SIGINT / SIGTERM save a checkpoint and exit with status
 128 + signal number, so a scheduler sees the job as interrupted and can requeue it.
@@ -56,7 +56,7 @@ cli.define_distributed_flags()
 
 def main(argv):
     del argv  # positional arguments are refused while the flags are parsed (USAGE)
-    cli.start_distributed()  # one of several processes (README "Running on a pod"); else nothing
+    cli.start_distributed()  # one of several processes (docs/pods.md); else nothing
     from infodiff import config_usage, parallel, tasks, training  # imports jax; after flag parsing so --help is fast
 
     if not _LIBRARY_LOGS.value:

@@ -9,7 +9,7 @@ Needs a real text8 file (standard 90M/5M/5M split):
 
 Published reference: MD4 <= 1.37 bits per character on the text8 test split (MD4 Table 2).
 The batch is split over every device of every process (it must divide by the device count);
-config.train.mesh.fsdp > 1 also splits the parameters (README "Running on a pod").
+config.train.mesh.fsdp > 1 also splits the parameters (docs/pods.md).
 """
 
 from infodiff.configs import masked_text

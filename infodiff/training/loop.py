@@ -216,7 +216,7 @@ def _check_continuation(saved: ml_collections.ConfigDict, config: ml_collections
         if num_steps != old_steps:
             choices.append(f"{num_steps} steps on the saved run's schedule, {extend} (after step "
                            f"{state_lib.decay_length(saved)} the rate stays at optim.lr x optim.min_lr_ratio; "
-                           f"README \"Training longer\")")
+                           f"docs/guide.md \"Training longer\")")
         raise ckpt.ConfigMismatchError(
             f"cannot resume {workdir} at step {step} with config.train.num_steps={num_steps} and "
             f"config.optim.decay_steps={int(config.optim.get('decay_steps', 0) or 0)} (the saved run has "
