@@ -24,7 +24,8 @@ from typing import BinaryIO, Callable
 
 import numpy as np
 
-__all__ = ["atomic_write", "atomic_write_bytes", "atomic_save_npy", "write_together", "clean_leftovers", "UNIT_DIR"]
+__all__ = ["atomic_write", "atomic_write_bytes", "atomic_save_npy", "write_together", "clean_leftovers", "UNIT_DIR",
+           "UnitExistsError"]
 
 
 def atomic_write(path: str, write: Callable[[BinaryIO], object]) -> None:
@@ -66,6 +67,7 @@ def atomic_save_npy(path: str, arr: np.ndarray) -> None:
 #                                 rows.*): the paths users and scripts read stay the same
 UNIT_DIR = ".reports"
 CURRENT = "current"
+KEPT = "kept-"  # .reports/kept-<version>/: an exclusive write that found the unit taken (never cleaned up)
 _LINK_ERRNOS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS}
 _FOREIGN_AGE_S = 3600.0  # a leftover of a process on another host is removed after an hour
 
@@ -157,7 +159,7 @@ def clean_leftovers(out_dir: str) -> list[str]:
         return removed
     current = _current(base)
     for name in entries:
-        if name in (CURRENT, current):
+        if name in (CURRENT, current) or name.startswith(KEPT):
             continue
         m = _VERSION.match(name)
         if not m:
@@ -168,6 +170,45 @@ def clean_leftovers(out_dir: str) -> list[str]:
             _remove(path)
             removed.append(path)
     return removed
+
+
+class UnitExistsError(FileExistsError):
+    """An exclusive :func:`write_together` found that another writer committed the unit first.
+    ``str(e)`` is one line naming the folder, the other writer and where this write's files are
+    kept (``kept``); ``hint`` (what to do) is appended."""
+
+    def __init__(self, out_dir: str, holder: str, kept: str, hint: str = ""):
+        self.out_dir, self.holder, self.kept = out_dir, holder, kept
+        self._msg = (f"{out_dir}: {holder} committed its files there while this write was being prepared; "
+                     f"they stay as they are, and this write's files are kept in {kept}/" + (f"; {hint}" if hint else ""))
+        super().__init__(errno.EEXIST, self._msg)
+
+    def with_hint(self, hint: str) -> "UnitExistsError":
+        return UnitExistsError(self.out_dir, self.holder, self.kept, hint)
+
+    def __str__(self) -> str:
+        return self._msg
+
+
+def _holder(version: str | None) -> str:
+    """Who wrote ``version`` (its name holds the writer's host and pid), in words."""
+    m = _VERSION.match(version or "")
+    return f"pid {m.group('pid')} on {m.group('host')} ({version})" if m else f"another writer ({version})"
+
+
+def _swap_exclusive(out_dir: str, base: str, version: str) -> None:
+    """Point ``base/current`` at ``version`` only if no writer has: :func:`os.symlink` creates the
+    link or fails with EEXIST, atomically (the kernel's check, not ours). When taken, the version
+    is renamed ``base/kept-<version>`` (never cleaned up), links this write made that point at
+    nothing are removed, and :class:`UnitExistsError` is raised."""
+    try:
+        os.symlink(version, os.path.join(base, CURRENT))
+    except FileExistsError:
+        kept = os.path.join(base, KEPT + version)
+        os.rename(os.path.join(base, version), kept)
+        _unlink_dangling(out_dir)
+        raise UnitExistsError(out_dir, _holder(_current(base)), kept) from None
+    _fsync_dir(base)
 
 
 def _swap(base: str, version: str) -> None:
@@ -249,9 +290,17 @@ def _adopt(out_dir: str, base: str, names) -> None:
     _link_names(out_dir, plain)
 
 
-def _write_plain(out_dir: str, files: dict) -> list[str]:
-    """Each file atomically on its own (a file system without symbolic links)."""
+def _write_plain(out_dir: str, files: dict, exclusive: bool = False) -> list[str]:
+    """Each file atomically on its own (a file system without symbolic links). ``exclusive``:
+    the first file is claimed first by creating it (``O_EXCL``: fails if another writer has)."""
     paths = []
+    if exclusive:
+        first = os.path.join(out_dir, next(iter(files)))
+        try:
+            with open(first, "xb"):
+                pass
+        except FileExistsError:
+            raise UnitExistsError(out_dir, f"another writer ({first})", "(nowhere: not written)") from None
     for name, data in files.items():
         path = os.path.join(out_dir, name)
         atomic_write_bytes(path, data)
@@ -259,7 +308,7 @@ def _write_plain(out_dir: str, files: dict) -> list[str]:
     return paths
 
 
-def write_together(out_dir: str, files: dict) -> list[str]:
+def write_together(out_dir: str, files: dict, exclusive: bool = False) -> list[str]:
     """Write ``files`` {name: bytes} into ``out_dir`` as one unit and return their paths
     (``out_dir/<name>``, in order): a new version directory ``out_dir/.reports/<version>/`` is
     written completely (fsync), then the link ``.reports/current`` is replaced by one pointing
@@ -268,6 +317,11 @@ def write_together(out_dir: str, files: dict) -> list[str]:
     Leftovers of killed writes are removed first (:func:`clean_leftovers`), superseded versions
     after. Where the file system has no symbolic links each file is written atomically on its
     own (a warning says so).
+
+    ``exclusive``: the unit is committed only if no writer has committed one in ``out_dir``
+    (checked at the commit, atomically: :func:`_swap_exclusive`); otherwise this write's files
+    are kept in ``.reports/kept-<version>/`` and :class:`UnitExistsError` is raised (files of an
+    older infodiff, not links, count as committed).
 
     Raises OSError if out_dir is full, read-only or not writable (the caller names it:
     ``infodiff.training.workdir.storage_guard``); the files shown before stay as they were."""
@@ -293,9 +347,20 @@ def write_together(out_dir: str, files: dict) -> list[str]:
                 os.rmdir(d)
         raise
     try:
-        _adopt(out_dir, base, names)
-        _link_names(out_dir, names)  # the new names dangle (absent) until the swap
-        _swap(base, version)
+        if exclusive:
+            if any(os.path.isfile(os.path.join(out_dir, n)) and not os.path.islink(os.path.join(out_dir, n))
+                   for n in names):
+                kept = os.path.join(base, KEPT + version)
+                os.rename(os.path.join(base, version), kept)
+                raise UnitExistsError(out_dir, "an older infodiff (plain files)", kept)
+            _link_names(out_dir, names)  # they dangle (absent) until the swap
+            _swap_exclusive(out_dir, base, version)
+        else:
+            _adopt(out_dir, base, names)
+            _link_names(out_dir, names)  # the new names dangle (absent) until the swap
+            _swap(base, version)
+    except UnitExistsError:
+        raise
     except OSError as e:
         no_links = e.errno in _LINK_ERRNOS and _current(base) is None
         if _current(base) != version:
@@ -308,7 +373,7 @@ def write_together(out_dir: str, files: dict) -> list[str]:
 
         logging.warning("%s: no symbolic links on this file system (%s); the report's files are written "
                         "one by one, each atomically", out_dir, e)
-        return _write_plain(out_dir, files)
+        return _write_plain(out_dir, files, exclusive)
     _unlink_dangling(out_dir)
     clean_leftovers(out_dir)
     return [os.path.join(out_dir, n) for n in names]

@@ -29,7 +29,7 @@ from infodiff.provenance import git_info
 from infodiff.training import workdir as workdir_lib
 
 __all__ = ["REPORT_VERSION", "COMMON_KEYS", "NETWORK_KEYS", "ORACLE_KEYS", "INPUT_KEYS", "ROW_KEYS", "TERMS", "env",
-           "git_info", "oracle_row", "format_report", "table", "strict_json", "write_report", "Report",
+           "git_info", "oracle_row", "format_report", "table", "strict_json", "write_report", "exclusive", "Report",
            "ABSENT", "key", "Schema", "Head", "Provenance",
            "SEFields", "PerRowSE", "BOUNDS", "NetworkReport", "OracleReport", "InputReport", "OracleRow", "InputRow", "KINDS",
            "check_report", "docs_tables", "write_docs"]
@@ -1194,7 +1194,14 @@ def refuse_existing(out_dir: str, config) -> None:
                          "replace it, or --config.eval.output_dir=DIR to write elsewhere")
 
 
-def write_report(report: dict, out_dir: str) -> tuple[str, str]:
+def exclusive(config) -> bool:
+    """Whether an evaluation's report must not replace one committed by another evaluation
+    while it ran (:func:`write_report`'s ``exclusive``): a trained run's (network mode) without
+    ``eval.overwrite``; oracle mode always writes."""
+    return str(config.eval.get("mode", "network")) != "oracle" and not bool(config.eval.get("overwrite", False))
+
+
+def write_report(report: dict, out_dir: str, exclusive: bool = False) -> tuple[str, str]:
     """Write report.json (strict JSON: undefined numbers are null), report.txt and the report's
     ``attachments`` (:class:`Report`) into out_dir as one unit (:func:`infodiff.files.write_together`: after a
     crash or kill -9 at any moment they are all from the same evaluation, old or new); return
@@ -1202,8 +1209,11 @@ def write_report(report: dict, out_dir: str) -> tuple[str, str]:
 
     Raises StorageError (one line naming report.json and the errno) if out_dir is full,
     read-only or not writable: print the report first (evaluate.py does), so that nothing is
-    lost; the previous files stay as they were. In a multi-process run only process 0 writes
-    (the others return the same paths)."""
+    lost; the previous files stay as they were. ``exclusive`` (:func:`exclusive` of the config):
+    if another evaluation committed a report in out_dir after this one started (two evaluations
+    of one workdir at once), raises :class:`infodiff.files.UnitExistsError` (one line naming it
+    and where this report's files are kept), checked atomically at the commit. In a
+    multi-process run only process 0 writes (the others return the same paths)."""
     from infodiff import parallel
 
     if not parallel.is_primary():
@@ -1211,6 +1221,11 @@ def write_report(report: dict, out_dir: str) -> tuple[str, str]:
     files = {"report.json": json.dumps(strict_json(report), indent=2, allow_nan=False).encode("utf-8"),
              "report.txt": (format_report(report) + "\n").encode("utf-8")}
     files.update(getattr(report, "attachments", {}))
-    with workdir_lib.storage_guard(os.path.join(out_dir, "report.json")):
-        paths = files_lib.write_together(out_dir, files)
+    try:
+        with workdir_lib.storage_guard(os.path.join(out_dir, "report.json")):
+            paths = files_lib.write_together(out_dir, files, exclusive=exclusive)
+    except files_lib.UnitExistsError as e:
+        raise e.with_hint("the report printed above is this evaluation's: give each evaluation its own "
+                          "--config.eval.output_dir, or pass --config.eval.overwrite=True to let the newest replace "
+                          "the report") from None
     return paths[0], paths[1]
