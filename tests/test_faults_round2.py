@@ -108,3 +108,20 @@ def test_exclusive_write_into_an_older_infodiffs_files_is_refused(tmp_path, plai
     with pytest.raises(files_lib.UnitExistsError, match="older infodiff"):
         report_lib.write_report(report_lib.Report(_rep(2)), str(out), exclusive=True)
     assert json.loads((out / "report.json").read_text())["nll"] == 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Output folders named by the request
+# ---------------------------------------------------------------------------------------------
+def test_compare_folders_of_different_requests_differ(tmp_path):
+    from infodiff.evaluation import comparison
+
+    w = str(tmp_path / "w1")
+    base = comparison.out_dir(w, "docs.txt", "a/other", 10, 20)
+    assert base == comparison.out_dir(w, "docs.txt", "a/other/", 10, 20)  # the same request: the same folder
+    assert os.path.basename(base).startswith("docs.txt.vs.other-")
+    others = [comparison.out_dir(w, "docs.txt", "b/other", 10, 20),  # another model of the same name
+              comparison.out_dir(w, "sub/docs.txt", "a/other", 10, 20),  # another input of the same name
+              comparison.out_dir(w, "docs.txt", "a/other", 11, 20),  # a newer checkpoint of either run
+              comparison.out_dir(w, "docs.txt", "a/other", 10, 21)]
+    assert len({base, *others}) == 5

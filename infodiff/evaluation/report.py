@@ -1185,13 +1185,13 @@ class Report(dict):
         self.attachments = dict(attachments or {})
 
 
-def refuse_existing(out_dir: str, config) -> None:
+def refuse_existing(out_dir: str, config, elsewhere: str = "--config.eval.output_dir=DIR to write elsewhere") -> None:
     """ValueError (one line naming the folder and the fix) when ``out_dir`` already holds a
     report.json and ``config.eval.overwrite`` is False: a rerun never replaces a report silently.
     Called by a trained run's evaluation after its settings are checked, before any work."""
     if not bool(config.eval.get("overwrite", False)) and os.path.lexists(os.path.join(out_dir, "report.json")):
         raise ValueError(f"{out_dir} already holds a report (report.json): pass --config.eval.overwrite=True to "
-                         "replace it, or --config.eval.output_dir=DIR to write elsewhere")
+                         f"replace it, or {elsewhere}")
 
 
 def exclusive(config) -> bool:
