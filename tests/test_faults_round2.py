@@ -125,3 +125,100 @@ def test_compare_folders_of_different_requests_differ(tmp_path):
               comparison.out_dir(w, "docs.txt", "a/other", 11, 20),  # a newer checkpoint of either run
               comparison.out_dir(w, "docs.txt", "a/other", 10, 21)]
     assert len({base, *others}) == 5
+
+
+# ---------------------------------------------------------------------------------------------
+# from_function: every host call checked; the user's own exception
+# ---------------------------------------------------------------------------------------------
+def _external(mode: str):
+    import numpy as np
+
+    import infodiff
+
+    V, L = 27, 8
+    W = np.random.default_rng(0).normal(size=(V + 1, V)).astype(np.float32)
+    calls = [0]
+
+    def logprobs(x):
+        calls[0] += 1
+        logits = W[x]
+        lp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        if calls[0] >= 4:  # the probe call is the first; from the 4th call on the function goes wrong
+            if mode == "plus1":
+                return lp + 1
+            if mode == "raise":
+                raise KeyError("my model broke")
+            if mode == "shape":
+                return lp[:, :-1]
+            if mode == "mask":
+                return np.concatenate([lp[..., :-1], np.zeros_like(lp[..., -1:])], -1)
+        return lp
+
+    run = infodiff.from_function(logprobs, vocab_size=V, mask_id=V, seq_len=L, num_samples=8, batch_size=4)
+    return run, ["the quick brown fox jumps", "over the lazy dog and the cat"] * 2
+
+
+def test_from_function_output_that_stops_summing_to_one_is_refused():
+    """The issue's example: ``logp + 1`` from the 4th call on was scored (53.98 nats instead of
+    74.98); now the call is refused, naming it and its rows."""
+    run, texts = _external("plus1")
+    with pytest.raises(ValueError, match=r"^logprobs_fn's call \d+ after from_function \(rows 0-3 of ids \[4, 8\]\): "
+                                         r"logprobs_fn's output is not log-probabilities: logsumexp .* is 1 at"):
+        run.nll(texts)
+
+
+@pytest.mark.parametrize("mode, match", [("shape", r"returned shape \(4, 7, 27\) for ids of shape \(4, 8\)"),
+                                         ("mask", r"returned 0\.0 at|logsumexp|finite")])
+def test_from_function_later_bad_shape_is_one_value_error(mode, match):
+    run, texts = _external(mode)
+    with pytest.raises(ValueError, match=match) as e:
+        run.nll(texts)
+    assert "\n" not in str(e.value) and "call" in str(e.value)
+
+
+def test_from_function_user_exception_is_reraised_as_itself():
+    run, texts = _external("raise")
+    with pytest.raises(KeyError) as e:
+        run.conditional_nll(["the quick"], [" brown fox jumps over"])
+    assert e.type is KeyError and e.value.args == ("my model broke",)
+    assert any(n.startswith("infodiff: raised in logprobs_fn's call") for n in getattr(e.value, "__notes__", []))
+
+
+def test_from_function_good_function_gives_the_same_numbers_twice():
+    import numpy as np
+
+    run, texts = _external("ok")
+    a, b = run.nll(texts), run.nll(texts)
+    np.testing.assert_array_equal(a.mean, b.mean)
+
+
+# ---------------------------------------------------------------------------------------------
+# Budgets: an upper bound, checked before any work, refused in one line with the cost
+# ---------------------------------------------------------------------------------------------
+def test_interval_orders_above_the_bound_is_one_line_with_its_cost():
+    from infodiff.tasks import masked
+    from tests.test_training import tiny_config
+
+    cfg = tiny_config()
+    with cfg.unlocked():
+        cfg.eval.interval, cfg.eval.interval_orders = True, 1_000_000_000
+    with pytest.raises(ValueError, match=r"^config\.eval\.interval_orders=1000000000 is above the bound 1048576 per "
+                                         r"item: it implies .* forward passes per item \(about .* years at 1 ms each\) "
+                                         r"and 8 GB of per-sample values per item") as e:
+        masked.order_settings(cfg)
+    assert "\n" not in str(e.value)
+    with cfg.unlocked():
+        cfg.eval.interval_orders = 16
+    assert masked.order_settings(cfg)["orders"] == 16  # a bound, not a change to what passes
+
+
+@pytest.mark.parametrize("call", [
+    lambda v: __import__("infodiff.validation", fromlist=["x"]).check_num_samples(v, "config.eval.num_samples"),
+    lambda v: __import__("infodiff.choices", fromlist=["x"]).check_settings(0.95, 32, v),
+])
+def test_sample_budgets_above_the_bound_are_refused(call):
+    from infodiff import validation
+
+    assert call(validation.MAX_PER_ITEM) in (None, validation.MAX_PER_ITEM)
+    with pytest.raises(ValueError, match=r"is above the bound 1048576 per item: it implies 1\.05e\+06 forward"):
+        call(validation.MAX_PER_ITEM + 1)
