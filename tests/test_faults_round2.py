@@ -222,3 +222,47 @@ def test_sample_budgets_above_the_bound_are_refused(call):
     assert call(validation.MAX_PER_ITEM) in (None, validation.MAX_PER_ITEM)
     with pytest.raises(ValueError, match=r"is above the bound 1048576 per item: it implies 1\.05e\+06 forward"):
         call(validation.MAX_PER_ITEM + 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Input paths that are not files; JSON of any depth or size
+# ---------------------------------------------------------------------------------------------
+def _special(tmp_path: Path, kind: str) -> str:
+    if kind == "directory":
+        (tmp_path / "d.txt").mkdir()
+        return str(tmp_path / "d.txt")
+    if kind == "FIFO":
+        os.mkfifo(tmp_path / "f.jsonl")  # opened for reading it would wait for a writer forever
+        return str(tmp_path / "f.jsonl")
+    if kind == "loop":
+        os.symlink(tmp_path / "b.txt", tmp_path / "a.txt")
+        os.symlink(tmp_path / "a.txt", tmp_path / "b.txt")
+        return str(tmp_path / "a.txt")
+    return "/dev/zero"
+
+
+@pytest.mark.parametrize("kind, said", [("directory", "is a directory"), ("FIFO", r"is a FIFO \(named pipe\)"),
+                                        ("loop", "is a loop of symbolic links"), ("device", "is a character device")])
+def test_input_that_is_not_a_file_is_named_as_what_it_is(tmp_path, kind, said):
+    from infodiff import config_rules
+    from infodiff.evaluation import inputs
+
+    path = _special(tmp_path, kind)
+    assert config_rules.is_choices_file(path) in (True, False)  # returns at once (never opens a FIFO)
+    with pytest.raises(ValueError, match=rf"^eval\.input '{path}' {said}") as e:
+        inputs.read_input(path)
+    assert "\n" not in str(e.value) and "not found" not in str(e.value)
+
+
+@pytest.mark.parametrize("line, said", [
+    ("[" * 100_000 + "]" * 100_000, r":1: JSON nested too deeply to read"),
+    ('{"id": ' + "9" * 5000 + ', "prompt": "a", "response": "b"}', r":1: not readable as JSON \(Exceeds the limit"),
+])
+def test_json_errors_of_any_depth_or_size_are_one_line_with_file_and_line(tmp_path, line, said):
+    from infodiff.evaluation import inputs
+
+    f = tmp_path / "rows.jsonl"
+    f.write_text(line + "\n")
+    with pytest.raises(ValueError, match=rf"^{f}{said}") as e:
+        inputs.read_input(str(f))
+    assert "\n" not in str(e.value)
