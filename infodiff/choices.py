@@ -52,6 +52,7 @@ import numpy as np
 import scipy.stats
 
 from infodiff import likelihood as lk
+from infodiff import validation
 
 __all__ = ["Choices", "choose", "choose_tokens", "check_settings", "looks", "decision_level", "default_samples",
            "DEFAULT_MAX_SAMPLES"]
@@ -165,6 +166,7 @@ def check_settings(confidence, num_samples, max_samples) -> None:
     for name, v in (("num_samples", num_samples), ("max_samples", max_samples)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 2:
             raise ValueError(f"{name}={v!r} must be an integer >= 2 (samples per option)")
+        validation.check_budget(int(v), name)
     if max_samples < num_samples:
         raise ValueError(f"max_samples={max_samples} is below num_samples={num_samples}")
 

@@ -9,6 +9,7 @@ that reads the keys. :func:`infodiff.config_usage.not_read` applies both.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Callable
 
 import ml_collections
@@ -73,13 +74,15 @@ def is_choices_file(path) -> bool:
 
     if not path or not str(path).lower().endswith(".jsonl"):
         return False
+    if not os.path.isfile(str(path)):
+        return True  # missing, a directory, a FIFO (never opened: it would wait for a writer), a device
     try:
         with open(str(path), encoding="utf-8-sig", errors="replace") as f:
             for line in f:
                 if line.strip():
                     try:
                         obj = json.loads(line)
-                    except ValueError:
+                    except (ValueError, RecursionError):
                         return False
                     return isinstance(obj, dict) and "choices" in obj
     except OSError:

@@ -188,7 +188,7 @@ REFUSED_BY_ENTRY = {
 # Entries that read only some keys: {entry: (the keys it reads, what it is)}; another override is refused.
 READ_BY_ENTRY = {
     "compare": (("eval.input", "eval.input_unit", "eval.input_samples", "eval.target_se", "eval.input_max_samples",
-                 "eval.seed", "eval.batch_size", "eval.use_ema", "eval.estimator"),
+                 "eval.seed", "eval.batch_size", "eval.use_ema", "eval.estimator", "eval.overwrite"),
                 "evaluate.py --compare (two runs scoring eval.input)"),
 }
 

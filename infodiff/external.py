@@ -27,13 +27,19 @@ into B). Both paths see the same draws, so they give the same numbers to float r
 Checks. One probe call at :func:`from_function` (two rows: all masked, and half masked) checks
 the output: shape [B, L, vocab_size], a float dtype, no NaN or +inf, each position's
 log-probabilities summing to 1 (|logsumexp| <= 1e-3; 2e-2 for 16-bit floats), probability at most
-1e-6 on ``mask_id``; any failure is one ValueError. Later calls are not checked, except that
-the estimators refuse non-finite values (FloatingPointError).
+1e-6 on ``mask_id``; any failure is one ValueError. A host function (NumPy, PyTorch) is checked
+the same way on **every** call (a function whose output stops summing to 1 later is refused, not
+scored): the ValueError names the call's number and its rows. An exception of the user's function
+in any later call is re-raised as itself (its type and message) with a note saying which call
+failed, not as JAX's callback error. A JAX function is traced: its output's shape is checked at
+every trace, and the estimators refuse non-finite values (FloatingPointError).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import threading
 from typing import Any, Callable
 
 import jax
@@ -43,7 +49,7 @@ import numpy as np
 from infodiff import schedules
 from infodiff import scoring
 
-__all__ = ["ExternalDenoiser", "ExternalTask", "from_function", "DEFAULT_BATCH_SIZE"]
+__all__ = ["ExternalDenoiser", "ExternalTask", "ExternalRun", "from_function", "DEFAULT_BATCH_SIZE"]
 
 DEFAULT_BATCH_SIZE = 256  # rows per estimator call, the text configs' eval.batch_size
 TEXT8_SIZE = 27  # the text configs' vocabulary (a-z and space), MASK id 27
@@ -65,6 +71,8 @@ class ExternalDenoiser:
     time_conditioned: bool
     jax_function: bool
     params: Any = None
+    calls: dict = dataclasses.field(default_factory=lambda: {"n": 0, "failure": None, "lock": threading.Lock()},
+                                    repr=False)  # the host calls so far and the first one that failed
 
     @property
     def vocab_size(self) -> int:
@@ -87,6 +95,9 @@ class ExternalDenoiser:
             shape = jax.ShapeDtypeStruct(z.shape + (self.model_vocab,), jnp.float32)
             args = (z_model, t) if self.time_conditioned else (z_model,)
             out = jax.pure_callback(self._host, shape, *args, vmap_method="broadcast_all")
+        if tuple(out.shape) != z.shape + (self.model_vocab,):
+            raise ValueError(f"logprobs_fn returned shape {tuple(out.shape)} for ids of shape {tuple(z.shape)}; "
+                             f"expected {z.shape + (self.model_vocab,)}")
         out = jnp.asarray(out).astype(jnp.float32)
         if self.mask_id < self.model_vocab:
             out = jnp.concatenate([out[..., :self.mask_id], out[..., self.mask_id + 1:]], axis=-1)
@@ -98,10 +109,34 @@ class ExternalDenoiser:
         z = np.array(z, np.int32, order="C")
         lead, L = z.shape[:-1], z.shape[-1]
         args = (z.reshape(-1, L),)
+        B = args[0].shape[0]
         if t is not None:
             args += (np.array(np.broadcast_to(t, lead), np.float32).reshape(-1),)
-        out = np.asarray(self.fn(*args), np.float32)
-        return out.reshape(lead + (L, self.model_vocab))
+        with self.calls["lock"]:
+            self.calls["n"] += 1
+            n = self.calls["n"]
+        where = f"logprobs_fn's call {n} after from_function (rows 0-{B - 1} of ids [{B}, {L}])"
+        try:
+            try:
+                out = self.fn(*args)
+            except Exception as e:
+                e.add_note(f"infodiff: raised in {where}")
+                raise
+            if not isinstance(out, np.ndarray) and hasattr(out, "__array__"):
+                out = np.asarray(out)
+            check_output(out, B, L, self.model_vocab, self.mask_id, where=where)
+        except Exception as e:  # noqa: BLE001 - kept, and re-raised as itself by the Run (_reraise_user_error)
+            with self.calls["lock"]:
+                if self.calls["failure"] is None:
+                    self.calls["failure"] = e
+            raise
+        return np.asarray(out, np.float32).reshape(lead + (L, self.model_vocab))
+
+    def take_failure(self) -> BaseException | None:
+        """The first exception of a host call since the last take (then forgotten), or None."""
+        with self.calls["lock"]:
+            e, self.calls["failure"] = self.calls["failure"], None
+        return e
 
 
 def to_model_ids(z, V: int, mask_id: int):
@@ -158,6 +193,35 @@ class ExternalTask:
                 "objective": None, "external": True}
 
 
+def _reraise_user_error(method: Callable) -> Callable:
+    """``method`` of a Run, with the first exception of the user's function in a host call (or of
+    its per-call check) re-raised as itself (its type and message, a note naming the call), not
+    as the JaxRuntimeError that JAX's callback turns it into."""
+
+    @functools.wraps(method)
+    def wrapped(self, *args, **kwargs):
+        self.denoiser.take_failure()  # forget one of an earlier method that was caught by its caller
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as e:
+            failure = self.denoiser.take_failure()
+            if failure is None or failure is e:
+                raise
+            raise failure from None
+
+    return wrapped
+
+
+class ExternalRun(scoring.Run):
+    """A :class:`infodiff.scoring.Run` over a user's function: every public method re-raises a
+    failure of the function as itself (:func:`_reraise_user_error`)."""
+
+
+for _name in ("nll", "conditional_nll", "log_ratio", "choose", "nll_interval", "conditional_nll_interval",
+              "window_nll"):
+    setattr(ExternalRun, _name, _reraise_user_error(getattr(scoring.Run, _name)))
+
+
 def _tokenizer(encode, separator, vocab: int, mask_id: int) -> scoring.Tokenizer:
     """The Run's :class:`scoring.Tokenizer` (ids in the library's convention)."""
     sep = None if separator is None else tuple(int(i) for i in from_model_ids(list(separator), vocab, mask_id,
@@ -190,23 +254,25 @@ def _probe_inputs(V: int, mask_id: int, L: int):
     return to_model_ids(z, V, mask_id), np.array([1.0, 0.5], np.float32)
 
 
-def check_output(out, B: int, L: int, model_vocab: int, mask_id: int) -> None:
-    """The checks of the probe call (module docstring). Raises ValueError naming the value."""
+def check_output(out, B: int, L: int, model_vocab: int, mask_id: int, where: str = "the probe call") -> None:
+    """The checks of every host call and of the probe call (module docstring): shape, dtype,
+    finiteness, logsumexp normalisation, mass on ``mask_id``. Raises ValueError naming the value
+    and ``where`` (the call and its rows)."""
     if not hasattr(out, "shape") or not hasattr(out, "dtype"):
-        raise ValueError(f"logprobs_fn returned a {type(out).__name__}, not an array of log-probabilities "
+        raise ValueError(f"{where}: logprobs_fn returned a {type(out).__name__}, not an array of log-probabilities "
                          f"[B, L, vocab_size]")
     want = (B, L, model_vocab)
     if tuple(out.shape) != want:
         hint = (f"; drop the mask column, or pass vocab_size={model_vocab + 1} with mask_id={mask_id} inside it"
                 if tuple(out.shape) == (B, L, model_vocab + 1) else "")
-        raise ValueError(f"logprobs_fn returned shape {tuple(out.shape)} for ids of shape {(B, L)}; expected {want} "
+        raise ValueError(f"{where}: logprobs_fn returned shape {tuple(out.shape)} for ids of shape {(B, L)}; expected {want} "
                          f"(log-probabilities over vocab_size={model_vocab} ids){hint}")
     if not jnp.issubdtype(out.dtype, jnp.floating):
-        raise ValueError(f"logprobs_fn returned dtype {out.dtype}; expected float log-probabilities")
+        raise ValueError(f"{where}: logprobs_fn returned dtype {out.dtype}; expected float log-probabilities")
     a = np.asarray(jnp.asarray(out, jnp.float32), np.float64)
     if np.isnan(a).any() or np.isposinf(a).any():
         b, l, v = np.argwhere(np.isnan(a) | np.isposinf(a))[0]
-        raise ValueError(f"logprobs_fn returned {a[b, l, v]} at [{b}, {l}, {v}]; log-probabilities must be finite "
+        raise ValueError(f"{where}: logprobs_fn returned {a[b, l, v]} at [{b}, {l}, {v}]; log-probabilities must be finite "
                          "or -inf")
     with np.errstate(divide="ignore", over="ignore"):
         m = np.max(a, axis=-1, keepdims=True)
@@ -214,13 +280,13 @@ def check_output(out, B: int, L: int, model_vocab: int, mask_id: int) -> None:
     tol = 1e-3 if jnp.finfo(out.dtype).bits >= 32 else 2e-2
     if not np.all(np.abs(lse) <= tol):
         b, l = np.argwhere(~(np.abs(lse) <= tol))[0]
-        raise ValueError(f"logprobs_fn's output is not log-probabilities: logsumexp over the last axis is "
+        raise ValueError(f"{where}: logprobs_fn's output is not log-probabilities: logsumexp over the last axis is "
                          f"{lse[b, l]:.4g} at [{b}, {l}] (0 expected); return log_softmax(logits, axis=-1)")
     if mask_id < model_vocab:
         p = np.exp(a[..., mask_id])
         if np.max(p) > MASK_MASS_MAX:
             b, l = np.unravel_index(np.argmax(p), p.shape)
-            raise ValueError(f"logprobs_fn puts probability {p[b, l]:.3g} on mask_id={mask_id} at [{b}, {l}]; a "
+            raise ValueError(f"{where}: logprobs_fn puts probability {p[b, l]:.3g} on mask_id={mask_id} at [{b}, {l}]; a "
                              "masked diffusion denoiser predicts clean tokens only: set the mask logit to -inf "
                              "before log_softmax")
 
@@ -311,4 +377,4 @@ def from_function(logprobs_fn: Callable, *, vocab_size: int, mask_id: int, seq_l
     scoring.warn_few_samples(num_samples, process, "num_samples")
     config = ml_collections.ConfigDict({"eval": {"seed": seed, "estimator": str(estimator),
                                                  "input_samples": int(num_samples), "batch_size": batch_size}})
-    return scoring.Run(None, config, task, den, process, None, num_samples, batch_size, tokenizer=tokenizer)
+    return ExternalRun(None, config, task, den, process, None, num_samples, batch_size, tokenizer=tokenizer)

@@ -48,6 +48,7 @@ import numpy as np
 from infodiff import likelihood as lk
 from infodiff.data.tokenizers import BYTES, TEXT8, Tokenizer, clean  # noqa: F401  (re-exported)
 from infodiff.tasks.masked import SCORING_ESTIMATORS
+from infodiff import validation
 from infodiff.validation import check_num_samples
 
 __all__ = ["clean", "Tokenizer", "TEXT8", "BYTES", "Windows", "document_windows", "response_windows", "sum_windows", "sum_interval_windows", "Run",
@@ -529,6 +530,7 @@ def load_run(workdir: str, *, estimator: str | None = None, num_samples: int | N
     cap = DEFAULT_MAX_SAMPLES
     if float(ev.get("target_se", 0.0) or 0.0) > 0:
         cap = int(ev.get("input_max_samples", DEFAULT_MAX_SAMPLES))
+        validation.check_budget(cap, "config.eval.input_max_samples")
         if cap < S:
             raise ValueError(f"config.eval.input_max_samples={cap} is below config.eval.input_samples={S}")
     return Run(workdir, config, task, den, process, meta["step"], S, int(ev.batch_size), cap,

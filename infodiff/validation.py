@@ -18,19 +18,45 @@ import numpy as np
 
 __all__ = ["validate_tokens", "validate_token_stream", "validate_counts", "validate_rates", "raise_first",
            "as_key", "check_batch", "check_seq_len", "check_normalised", "check_memory", "format_bytes",
-           "MAX_TABLE_BYTES", "NORMALISATION_TOL", "check_num_samples"]
+           "MAX_TABLE_BYTES", "NORMALISATION_TOL", "check_num_samples", "check_budget", "MAX_PER_ITEM"]
 
 # Default ceiling for tables an oracle would allocate (bytes): refused above it, before allocating.
 MAX_TABLE_BYTES = 4 * 2**30
 # |logsumexp_v log p(v)| above this (nats) on the first batch: the denoiser is not normalised.
 NORMALISATION_TOL = 1e-3
+# Upper bound on a Monte Carlo budget per item (samples, orders, adaptive caps, choice rounds): above
+# it a run costs days of forward passes and GiB of per-sample values per item (:func:`check_budget`).
+MAX_PER_ITEM = 1 << 20
+PASS_SECONDS = 1e-3  # the time of one forward pass used to state a budget's cost (a small network)
 
 
 def check_num_samples(value, name: str = "num_samples") -> int:
     """``int(value)`` where ``value`` is an integer >= 2 (Monte Carlo samples: a standard error
-    needs two); ValueError naming ``name`` (e.g. 'config.eval.num_samples') and the value otherwise."""
+    needs two) and at most :data:`MAX_PER_ITEM` (:func:`check_budget`); ValueError naming ``name``
+    (e.g. 'config.eval.num_samples') and the value otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 2:
         raise ValueError(f"{name}={value!r} must be an integer >= 2 to report a standard error")
+    return check_budget(int(value), name)
+
+
+def _duration(seconds: float) -> str:
+    for unit, s in (("years", 3.15576e7), ("days", 86400.0), ("hours", 3600.0), ("minutes", 60.0)):
+        if seconds >= s:
+            return f"{seconds / s:.3g} {unit}"
+    return f"{seconds:.3g} s"
+
+
+def check_budget(value: int, name: str, passes_each: int = 1) -> int:
+    """``value`` (a Monte Carlo budget per item: samples, orders, a cap) if at most
+    :data:`MAX_PER_ITEM`; else ValueError, before any work, in one line with what it implies: its
+    forward passes per item (``value * passes_each``; the time at :data:`PASS_SECONDS` each) and
+    the memory of its per-sample float64 values per item."""
+    if value > MAX_PER_ITEM:
+        passes = float(value) * passes_each
+        raise ValueError(f"{name}={value} is above the bound {MAX_PER_ITEM} per item: it implies {passes:.3g} forward "
+                         f"passes per item (about {_duration(passes * PASS_SECONDS)} at {PASS_SECONDS * 1e3:g} ms each) "
+                         f"and {format_bytes(8 * value)} of per-sample values per item; use at most {MAX_PER_ITEM} "
+                         "(a standard error shrinks as 1/sqrt of it)")
     return int(value)
 
 

@@ -217,7 +217,7 @@ def test_cli_compare_writes_a_comparison_report(run_dir, short_run_dir, tmp_path
     f.write_text("\n".join(DOCS) + "\n")
     r = _cli(["--workdir", str(run_dir), "--compare", str(short_run_dir), f"--config.eval.input={f}"])
     assert r.returncode == 0, r.stderr[-2000:]
-    out = run_dir / "scores" / f"docs.txt.vs.{short_run_dir.name}"
+    (out,) = (run_dir / "scores").glob(f"docs.txt.vs.{short_run_dir.name}-*")  # named by a hash of the request
     rep = json.loads((out / "report.json").read_text())
     assert rep["kind"] == "compare" and rep["bound"] == "model_difference" and rep["coupling"]["coupled"]
     assert_report_agrees(rep)

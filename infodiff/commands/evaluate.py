@@ -73,7 +73,7 @@ def main(argv):
     if not parallel.is_primary():
         return  # process 0 prints and writes the report
     print(evaluation.format_report(report))  # printed first: a failed write loses nothing
-    jpath, _ = evaluation.write_report(report, out_dir)
+    jpath, _ = evaluation.write_report(report, out_dir, exclusive=evaluation.report.exclusive(FLAGS.config))
     print(f"\nreport written to {jpath}")
 
 

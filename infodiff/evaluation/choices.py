@@ -10,6 +10,7 @@ the Monte Carlo error (:class:`infodiff.choices.Choices`). Same seed, same file 
 
 from __future__ import annotations
 
+from infodiff import validation
 
 __all__ = ["read_choices", "evaluate_choices"]
 
@@ -63,6 +64,7 @@ def evaluate_choices(config, ids, cols, run, row_errors) -> tuple:
     for name, v in (("choice_samples", first), ("choice_max_samples", cap)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v == 1:
             raise ValueError(f"config.eval.{name}={v!r} must be 0 (the default) or an integer >= 2 (samples per option)")
+        validation.check_budget(v, f"config.eval.{name}")
     d_first, d_cap = choices_lib.default_samples(run.process)
     first, cap = first or d_first, cap or max(d_cap, first or d_first)
     if cap < first:

@@ -1,7 +1,7 @@
 """``evaluate.py --workdir W1 --compare W2 --config.eval.input=FILE``: score a user's file with
 two trained runs and write their per-row difference with a paired SE (:mod:`infodiff.compare`,
 docs/scoring.md "Comparing two runs"): report.json / report.txt (kind 'compare', docs/report.md),
-rows.jsonl, rows.csv and rows.png in ``W1/scores/<file name>.vs.<W2's name>/``.
+rows.jsonl, rows.csv and rows.png in ``W1/scores/<file name>.vs.<W2's name>-<hash>/`` (:func:`out_dir`); a folder that already holds a report is refused unless ``eval.overwrite``.
 
 Run a is W1 with the command line's config (its ``eval.*`` overrides); run b is W2's saved run
 with run a's ``eval.use_ema``, ``eval.input_samples`` and, when both runs are of the same process,
@@ -11,6 +11,7 @@ with run a's ``eval.use_ema``, ``eval.input_samples`` and, when both runs are of
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 
@@ -24,9 +25,15 @@ from infodiff.evaluation import report as report_lib
 __all__ = ["evaluate_compare", "out_dir"]
 
 
-def out_dir(workdir: str, path: str, other: str) -> str:
-    """``W1/scores/<file name>.vs.<W2's directory name>/``."""
-    return os.path.join(workdir, "scores", f"{os.path.basename(path)}.vs.{os.path.basename(os.path.normpath(other))}")
+def out_dir(workdir: str, path: str, other: str, step_a: int, step_b: int) -> str:
+    """``W1/scores/<file name>.vs.<W2's directory name>-<hash>/``: ``<hash>`` is the first 8 hex
+    digits of sha256 of the request (the input's absolute path, W2's absolute path, both
+    checkpoint steps), so two different requests (another W2 of the same name, another input of
+    the same name, a newer checkpoint) never share a folder."""
+    request = "\0".join([os.path.abspath(path), os.path.abspath(other), str(step_a), str(step_b)])
+    tag = hashlib.sha256(request.encode("utf-8", errors="surrogateescape")).hexdigest()[:8]
+    name = f"{os.path.basename(path)}.vs.{os.path.basename(os.path.normpath(os.path.abspath(other)))}-{tag}"
+    return os.path.join(workdir, "scores", name)
 
 
 def _load_other(other: str, config) -> scoring.Run:
@@ -70,6 +77,8 @@ def evaluate_compare(config, workdir: str, other: str) -> tuple[dict, str]:
                          "{prompt, response} pairs: score a and b as pairs")
     run_a = scoring.load_run(workdir, config=config)
     run_b = _load_other(other, config)
+    out = out_dir(workdir, path, other, run_a.checkpoint_step, run_b.checkpoint_step)
+    report_lib.refuse_existing(out, config, "move that folder away")  # before any scoring
     tse = float(ev.target_se) or None
     if tse is not None and tse < 0:
         raise ValueError(f"config.eval.target_se={ev.target_se} must be >= 0 (0: a fixed budget)")
@@ -85,7 +94,6 @@ def evaluate_compare(config, workdir: str, other: str) -> tuple[dict, str]:
              "windows_a": int(c.a.info["windows_per_row"][i]), "windows_b": int(c.b.info["windows_per_row"][i]),
              "forward_passes": int(passes[i]), "changed_chars": int(sum(c.changed[i].values())), "chars": chars[i]}
             for i, rid in enumerate(ids)]
-    out = out_dir(workdir, path, other)
     attachments, plot_notes = inputs.row_attachments(rows, [("rows.png", lambda buf: plots.compare_rows_png(buf, rows))])
     files = [os.path.join(out, name) for name in attachments]
     all_changed: dict = {}

@@ -30,11 +30,14 @@ per byte (lm-eval's ``bits_per_byte``: total -log2 p / UTF-8 bytes) and byte per
 from __future__ import annotations
 
 import csv
+import errno
 import hashlib
 import io
 import json
 import math
 import os
+import stat
+import sys
 import time
 
 import numpy as np
@@ -136,6 +139,26 @@ def _skip_empty(path: str, kind: str, ids: list, cols: dict, lines: list, tokeni
     return [ids[i] for i in keep], {k: [v[i] for i in keep] for k, v in cols.items()}
 
 
+def check_input_path(path: str, what: str = "eval.input") -> None:
+    """Refuse, without reading it, a path that is not a regular file, naming what it is: missing
+    (FileNotFoundError), a directory, a FIFO (reading one would wait for a writer), a device
+    (/dev/zero never ends), a socket or a loop of symbolic links (ValueError, one line)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        why = " (a symbolic link to a missing file)" if os.path.islink(path) else ""
+        raise FileNotFoundError(f"{what}: file not found: {path!r}{why}") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ValueError(f"{what} {path!r} is a loop of symbolic links: give a regular file") from None
+        raise
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(st.st_mode):
+            raise ValueError(f"{what} {path!r} is {kind}, not a regular file: give a .txt or .jsonl file")
+
+
 def json_rows(path: str, lines: list[str]):
     """(line number, JSON object) of each non-empty line of a .jsonl file. Raises ValueError naming
     the file and line for a line that is not valid JSON or not an object."""
@@ -146,6 +169,13 @@ def json_rows(path: str, lines: list[str]):
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}:{i}: not valid JSON ({e.msg}, column {e.colno})") from None
+        except RecursionError:
+            raise ValueError(f"{path}:{i}: JSON nested too deeply to read (over about "
+                             f"{sys.getrecursionlimit()} levels of [ or {{): give flat rows") from None
+        except ValueError as e:  # e.g. an integer of more digits than Python converts (sys.get_int_max_str_digits)
+            why = str(e).split(":")[0].strip() or type(e).__name__
+            raise ValueError(f"{path}:{i}: not readable as JSON ({why}): write a long number (e.g. an id) as a "
+                             "string") from None
         if not isinstance(obj, dict):
             raise ValueError(f"{path}:{i}: expected a JSON object, got {type(obj).__name__}")
         yield i, obj
@@ -176,8 +206,7 @@ def read_input(path: str, unit: str = "line", notes: list | None = None,
     unknown extension or unit, a line that is not a JSON object, missing or non-string fields,
     lines of different kinds, a whole file (``unit='file'``) or every row empty after
     ``tokenizer``, or a file with no rows."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"eval.input: file not found: {path!r}")
+    check_input_path(path)
     if unit not in INPUT_UNITS:
         raise ValueError(f"config.eval.input_unit={unit!r}; choose from {INPUT_UNITS}")
     ext = os.path.splitext(path)[1].lower()

@@ -12,29 +12,25 @@ whether a report dict conforms. A new field is one :func:`key` in one class.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import errno
 import json
 import math
 import os
 import platform
-import re
-import shutil
-import socket
 import sys
 import time
 from typing import Callable, ClassVar
 
 import numpy as np
 
+from infodiff import files as files_lib
 from infodiff import provenance
 from infodiff.provenance import git_info
 from infodiff.training import workdir as workdir_lib
 
 __all__ = ["REPORT_VERSION", "COMMON_KEYS", "NETWORK_KEYS", "ORACLE_KEYS", "INPUT_KEYS", "ROW_KEYS", "TERMS", "env",
-           "git_info", "oracle_row", "format_report", "table", "strict_json", "write_report", "Report",
-           "write_together", "clean_leftovers", "UNIT_DIR", "ABSENT", "key", "Schema", "Head", "Provenance",
+           "git_info", "oracle_row", "format_report", "table", "strict_json", "write_report", "exclusive", "Report",
+           "ABSENT", "key", "Schema", "Head", "Provenance",
            "SEFields", "PerRowSE", "BOUNDS", "NetworkReport", "OracleReport", "InputReport", "OracleRow", "InputRow", "KINDS",
            "check_report", "docs_tables", "write_docs"]
 
@@ -1189,25 +1185,35 @@ class Report(dict):
         self.attachments = dict(attachments or {})
 
 
-def refuse_existing(out_dir: str, config) -> None:
+def refuse_existing(out_dir: str, config, elsewhere: str = "--config.eval.output_dir=DIR to write elsewhere") -> None:
     """ValueError (one line naming the folder and the fix) when ``out_dir`` already holds a
     report.json and ``config.eval.overwrite`` is False: a rerun never replaces a report silently.
     Called by a trained run's evaluation after its settings are checked, before any work."""
     if not bool(config.eval.get("overwrite", False)) and os.path.lexists(os.path.join(out_dir, "report.json")):
         raise ValueError(f"{out_dir} already holds a report (report.json): pass --config.eval.overwrite=True to "
-                         "replace it, or --config.eval.output_dir=DIR to write elsewhere")
+                         f"replace it, or {elsewhere}")
 
 
-def write_report(report: dict, out_dir: str) -> tuple[str, str]:
+def exclusive(config) -> bool:
+    """Whether an evaluation's report must not replace one committed by another evaluation
+    while it ran (:func:`write_report`'s ``exclusive``): a trained run's (network mode) without
+    ``eval.overwrite``; oracle mode always writes."""
+    return str(config.eval.get("mode", "network")) != "oracle" and not bool(config.eval.get("overwrite", False))
+
+
+def write_report(report: dict, out_dir: str, exclusive: bool = False) -> tuple[str, str]:
     """Write report.json (strict JSON: undefined numbers are null), report.txt and the report's
-    ``attachments`` (:class:`Report`) into out_dir as one unit (:func:`write_together`: after a
+    ``attachments`` (:class:`Report`) into out_dir as one unit (:func:`infodiff.files.write_together`: after a
     crash or kill -9 at any moment they are all from the same evaluation, old or new); return
     the paths of report.json and report.txt.
 
     Raises StorageError (one line naming report.json and the errno) if out_dir is full,
     read-only or not writable: print the report first (evaluate.py does), so that nothing is
-    lost; the previous files stay as they were. In a multi-process run only process 0 writes
-    (the others return the same paths)."""
+    lost; the previous files stay as they were. ``exclusive`` (:func:`exclusive` of the config):
+    if another evaluation committed a report in out_dir after this one started (two evaluations
+    of one workdir at once), raises :class:`infodiff.files.UnitExistsError` (one line naming it
+    and where this report's files are kept), checked atomically at the commit. In a
+    multi-process run only process 0 writes (the others return the same paths)."""
     from infodiff import parallel
 
     if not parallel.is_primary():
@@ -1215,265 +1221,11 @@ def write_report(report: dict, out_dir: str) -> tuple[str, str]:
     files = {"report.json": json.dumps(strict_json(report), indent=2, allow_nan=False).encode("utf-8"),
              "report.txt": (format_report(report) + "\n").encode("utf-8")}
     files.update(getattr(report, "attachments", {}))
-    paths = write_together(out_dir, files)
+    try:
+        with workdir_lib.storage_guard(os.path.join(out_dir, "report.json")):
+            paths = files_lib.write_together(out_dir, files, exclusive=exclusive)
+    except files_lib.UnitExistsError as e:
+        raise e.with_hint("the report printed above is this evaluation's: give each evaluation its own "
+                          "--config.eval.output_dir, or pass --config.eval.overwrite=True to let the newest replace "
+                          "the report") from None
     return paths[0], paths[1]
-
-
-# ---------------------------------------------------------------------------------------------
-# Files of one evaluation as one unit
-# ---------------------------------------------------------------------------------------------
-# <out_dir>/.reports/<version>/   the files of one evaluation, written completely before use
-# <out_dir>/.reports/current      symbolic link to the newest complete <version>: replacing it is
-#                                 one rename, so a reader sees every file of the old version or
-#                                 every file of the new one, never a mixture
-# <out_dir>/<name>                symbolic link to .reports/current/<name> (report.json, report.txt,
-#                                 rows.*): the paths users and scripts read stay the same
-UNIT_DIR = ".reports"
-CURRENT = "current"
-_LINK_ERRNOS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS}
-_FOREIGN_AGE_S = 3600.0  # a leftover of a process on another host is removed after an hour
-
-
-def _host() -> str:
-    return re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())[:64] or "host"
-
-
-def _owner_tag() -> str:
-    return f"{_host()}-{os.getpid()}"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # exists, owned by someone else
-    return True
-
-
-def _abandoned(path: str, host: str, pid: int) -> bool:
-    """A leftover of a writer that is gone: this host's dead process, or another host's after
-    :data:`_FOREIGN_AGE_S` (its process cannot be checked from here)."""
-    if host == _host():
-        return pid != os.getpid() and not _pid_alive(pid)
-    try:
-        return time.time() - os.lstat(path).st_mtime > _FOREIGN_AGE_S
-    except OSError:
-        return False
-
-
-def _remove(path: str) -> None:
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-
-
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # not supported by every file system
-    finally:
-        os.close(fd)
-
-
-def _current(base: str) -> str | None:
-    try:
-        return os.readlink(os.path.join(base, CURRENT))
-    except OSError:
-        return None
-
-
-_VERSION = re.compile(r"^(?:\.current-)?(?:\d{8}T\d{6}-)?(?P<host>[A-Za-z0-9_.]+)-(?P<pid>\d+)-[0-9a-f]+(?:\.tmp)?$")
-_OLD_TMP = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]+\.tmp$")  # atomic_write's temporary files
-_LINK_TMP = re.compile(r"^\.(?P<name>.+)\.link-(?P<host>[A-Za-z0-9_.]+)-(?P<pid>\d+)-[0-9a-f]+\.tmp$")
-
-
-def clean_leftovers(out_dir: str) -> list[str]:
-    """Remove what killed writes left in ``out_dir``: temporary files of atomic writes
-    (``.report.json.<pid>.<hex>.tmp``) and of links, and unfinished or superseded versions in
-    ``.reports/`` of this process or of writers that are gone (a live writer's on this host are
-    kept; another host's after :data:`_FOREIGN_AGE_S`). Never touches the version
-    ``.reports/current`` names. Returns the removed paths; a failure to remove is ignored (the
-    next write tries again)."""
-    removed = []
-    try:
-        names = os.listdir(out_dir)
-    except OSError:
-        return removed
-    for name in names:
-        path, m, link = os.path.join(out_dir, name), _OLD_TMP.match(name), _LINK_TMP.match(name)
-        if (m and _abandoned(path, _host(), int(m.group("pid")))) or \
-                (link and _abandoned(path, link.group("host"), int(link.group("pid")))):
-            _remove(path)
-            removed.append(path)
-    base = os.path.join(out_dir, UNIT_DIR)
-    try:
-        entries = os.listdir(base)
-    except OSError:
-        return removed
-    current = _current(base)
-    for name in entries:
-        if name in (CURRENT, current):
-            continue
-        m = _VERSION.match(name)
-        if not m:
-            continue
-        path, pid = os.path.join(base, name), int(m.group("pid"))
-        own = m.group("host") == _host() and pid == os.getpid()
-        if own or _abandoned(path, m.group("host"), pid):
-            _remove(path)
-            removed.append(path)
-    return removed
-
-
-def _swap(base: str, version: str) -> None:
-    """Point ``base/current`` at ``version`` (one rename)."""
-    tmp = os.path.join(base, f".current-{_owner_tag()}-{os.urandom(4).hex()}.tmp")
-    os.symlink(version, tmp)
-    try:
-        os.replace(tmp, os.path.join(base, CURRENT))
-    except BaseException:
-        _remove(tmp)
-        raise
-    _fsync_dir(base)
-
-
-def _link_names(out_dir: str, names) -> None:
-    """Make each ``out_dir/<name>`` the link ``.reports/current/<name>``, replacing a regular
-    file of an older infodiff in one rename (:func:`_adopt` first makes it a version of its own).
-    A link to a file the current version lacks dangles, as if absent, until a version with it
-    becomes current."""
-    for name in names:
-        path, target = os.path.join(out_dir, name), os.path.join(UNIT_DIR, CURRENT, name)
-        if os.path.islink(path) and os.readlink(path) == target:
-            continue
-        tmp = os.path.join(out_dir, f".{name}.link-{_owner_tag()}-{os.urandom(4).hex()}.tmp")
-        os.symlink(target, tmp)
-        try:
-            os.replace(tmp, path)
-        except BaseException:
-            _remove(tmp)
-            raise
-    _fsync_dir(out_dir)
-
-
-def _unlink_dangling(out_dir: str) -> None:
-    """Remove the links into ``.reports/current/`` to files the current version lacks (e.g. a
-    figure the newest evaluation could not draw)."""
-    prefix = os.path.join(UNIT_DIR, CURRENT) + os.sep
-    for name in os.listdir(out_dir):
-        path = os.path.join(out_dir, name)
-        if os.path.islink(path) and os.readlink(path).startswith(prefix) and not os.path.exists(path):
-            _remove(path)
-
-
-def _new_version(base: str, files: dict) -> str:
-    """Write ``files`` {name: bytes} into a new version directory under ``base`` (each file
-    fsynced, then the directory); return its name. Removes it again if a write fails."""
-    version = f"{time.strftime('%Y%m%dT%H%M%S')}-{_owner_tag()}-{os.urandom(4).hex()}"
-    vdir = os.path.join(base, version)
-    os.mkdir(vdir)
-    try:
-        for name, data in files.items():
-            with open(os.path.join(vdir, name), "xb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        _fsync_dir(vdir)
-    except BaseException:
-        _remove(vdir)
-        raise
-    return version
-
-
-def _adopt(out_dir: str, base: str, names) -> None:
-    """Files written by an older infodiff (regular files ``out_dir/<name>``, not links) become a
-    version of their own before the new one replaces them: what a reader sees is unchanged at
-    every step (same bytes, first as files, then through the links)."""
-    plain = [n for n in names if os.path.isfile(os.path.join(out_dir, n))
-             and not os.path.islink(os.path.join(out_dir, n))]
-    if not plain:
-        return
-    shown = {}
-    for name in os.listdir(out_dir):
-        path = os.path.join(out_dir, name)
-        if name in plain or (os.path.islink(path) and os.path.isfile(path)
-                             and os.readlink(path) == os.path.join(UNIT_DIR, CURRENT, name)):
-            with open(path, "rb") as f:
-                shown[name] = f.read()
-    _swap(base, _new_version(base, shown))
-    _link_names(out_dir, plain)
-
-
-def _write_plain(out_dir: str, files: dict) -> list[str]:
-    """Each file atomically on its own (a file system without symbolic links)."""
-    paths = []
-    for name, data in files.items():
-        path = os.path.join(out_dir, name)
-        workdir_lib.atomic_write_bytes(path, data)
-        paths.append(path)
-    return paths
-
-
-def write_together(out_dir: str, files: dict) -> list[str]:
-    """Write ``files`` {name: bytes} into ``out_dir`` as one unit and return their paths
-    (``out_dir/<name>``, in order): a new version directory ``out_dir/.reports/<version>/`` is
-    written completely (fsync), then the link ``.reports/current`` is replaced by one pointing
-    to it (one rename), and ``out_dir/<name>`` are links to ``.reports/current/<name>``. Killed at
-    any moment, every ``out_dir/<name>`` shows the old version or every one shows the new.
-    Leftovers of killed writes are removed first (:func:`clean_leftovers`), superseded versions
-    after. Where the file system has no symbolic links each file is written atomically on its
-    own (a warning says so).
-
-    Raises StorageError (one line naming ``out_dir/<first name>`` and the errno) if out_dir is
-    full, read-only or not writable; the files shown before stay as they were."""
-    names = list(files)
-    with workdir_lib.storage_guard(os.path.join(out_dir, names[0])):
-        made = []  # directories this write creates (removed again if it fails before showing anything)
-        d = os.path.abspath(out_dir)
-        while not os.path.isdir(d) and os.path.dirname(d) != d:
-            made.append(d)
-            d = os.path.dirname(d)
-        os.makedirs(out_dir, exist_ok=True)
-        clean_leftovers(out_dir)
-        base = os.path.join(out_dir, UNIT_DIR)
-        made_base = not os.path.isdir(base)
-        if made_base:
-            os.mkdir(base)
-        try:
-            version = _new_version(base, files)
-        except BaseException:
-            if made_base:
-                shutil.rmtree(base, ignore_errors=True)  # as it was: nothing shown has changed
-            for d in made:
-                with contextlib.suppress(OSError):
-                    os.rmdir(d)
-            raise
-        try:
-            _adopt(out_dir, base, names)
-            _link_names(out_dir, names)  # the new names dangle (absent) until the swap
-            _swap(base, version)
-        except OSError as e:
-            no_links = e.errno in _LINK_ERRNOS and _current(base) is None
-            if _current(base) != version:
-                _remove(os.path.join(base, version))
-            if not no_links:
-                raise
-            if made_base:
-                shutil.rmtree(base, ignore_errors=True)
-            from absl import logging
-
-            logging.warning("%s: no symbolic links on this file system (%s); the report's files are written "
-                            "one by one, each atomically", out_dir, e)
-            return _write_plain(out_dir, files)
-        _unlink_dangling(out_dir)
-        clean_leftovers(out_dir)
-    return [os.path.join(out_dir, n) for n in names]

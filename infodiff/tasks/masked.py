@@ -15,6 +15,7 @@ import numpy as np
 
 from infodiff import config_rules as cr
 from infodiff import likelihood as lk
+from infodiff import validation
 from infodiff.denoisers import NoParams
 from infodiff.networks.text_denoisers import Denoiser
 from infodiff.processes import base
@@ -184,6 +185,7 @@ def order_settings(config) -> dict:
         K, level = ev.interval_orders, ev.interval_level
         if isinstance(K, bool) or not isinstance(K, int) or K < 2:
             raise ValueError(f"config.eval.interval_orders={K!r} must be an integer >= 2 (orders per item)")
+        validation.check_budget(K, "config.eval.interval_orders", passes_each=2 * int(config.data.seq_len))
         if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
             raise ValueError(f"config.eval.interval_level={level!r} must be in (0, 1), e.g. 0.95")
         out.update(orders=int(K), level=float(level))

@@ -1,0 +1,268 @@
+"""Faults, round 2 (issue 35): concurrent evaluations of one workdir, comparisons' folders,
+external models checked on every call, budgets bounded before any work, the harness's errors,
+input paths that are not files. Each fault ends in one line (or both results kept), nothing lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+
+from infodiff import files as files_lib
+from infodiff.evaluation import report as report_lib
+
+
+# ---------------------------------------------------------------------------------------------
+# Exclusive commits: two evaluations of one workdir at once
+# ---------------------------------------------------------------------------------------------
+def _rep(i: int) -> dict:
+    return {"kind": "network", "nll": float(i)}
+
+
+@pytest.fixture
+def plain_format(monkeypatch):
+    monkeypatch.setattr(report_lib, "format_report", lambda r: f"nll {r['nll']}")
+
+
+def _fork_writers(out: Path, n: int, exclusive: bool) -> list[tuple[int, str]]:
+    """``n`` forked processes wait at one pipe, then each writes report ``i`` into ``out`` at
+    once; returns each one's (exit status, first line of its error or 'written')."""
+    from infodiff import parallel
+
+    parallel.is_primary()  # JAX's backend is set up before the fork, not in the children
+    go_r, go_w = os.pipe()
+    kids = []
+    for i in range(n):
+        res_r, res_w = os.pipe()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # JAX warns that fork and threads do not mix; children only write files
+            pid = os.fork()
+        if pid == 0:
+            os.close(go_w)
+            os.read(go_r, 1)  # every child starts writing when the pipe closes
+            try:
+                report_lib.write_report(report_lib.Report(_rep(i), attachments={"rows.jsonl": b'{"nll": %d}' % i}),
+                                        str(out), exclusive=exclusive)
+                msg, code = "written", 0
+            except files_lib.UnitExistsError as e:
+                msg, code = str(e), 3
+            except BaseException as e:  # noqa: BLE001
+                msg, code = repr(e), 1
+            os.write(res_w, msg.encode())
+            os._exit(code)
+        os.close(res_w)
+        kids.append((pid, res_r))
+    os.close(go_r)
+    os.close(go_w)  # go
+    out_list = []
+    for pid, res_r in kids:
+        msg = b""
+        while chunk := os.read(res_r, 65536):
+            msg += chunk
+        os.close(res_r)
+        out_list.append((os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), msg.decode()))
+    return out_list
+
+
+def test_two_evaluations_at_once_never_both_say_written(tmp_path, plain_format):
+    """Writers racing for one folder (exclusive: no eval.overwrite): exactly one commits, each
+    other one is refused in one line at commit time naming the winner and where its own files
+    are kept, and every result is on disk (the shown one and each kept one)."""
+    for trial in range(3):
+        out = tmp_path / f"w{trial}"
+        results = _fork_writers(out, 4, exclusive=True)
+        codes = [c for c, _ in results]
+        assert codes.count(0) == 1 and codes.count(3) == 3, results
+        winner = codes.index(0)
+        assert json.loads((out / "report.json").read_text())["nll"] == float(winner)
+        assert (out / "rows.jsonl").read_text() == '{"nll": %d}' % winner
+        for i, (code, msg) in enumerate(results):
+            if code:
+                assert "\n" not in msg and "committed its files there" in msg and "--config.eval.output_dir" in msg
+                kept = Path(msg.split("kept in ")[1].split("/;")[0])
+                assert json.loads((kept / "report.json").read_text())["nll"] == float(i)
+                assert (kept / "report.txt").read_text() == f"nll {float(i)}\n"
+        # a later write (overwrite) cleans up as before and leaves the kept results alone
+        report_lib.write_report(report_lib.Report(_rep(9)), str(out))
+        assert json.loads((out / "report.json").read_text())["nll"] == 9.0 and not (out / "rows.jsonl").exists()
+        assert len([p for p in (out / ".reports").iterdir() if p.name.startswith("kept-")]) == 3
+
+
+def test_overwrite_lets_the_newest_replace(tmp_path, plain_format):
+    """With eval.overwrite every writer commits (the newest shows); nothing half-written."""
+    out = tmp_path / "w"
+    results = _fork_writers(out, 3, exclusive=False)
+    assert [c for c, _ in results] == [0, 0, 0], results
+    shown = json.loads((out / "report.json").read_text())["nll"]
+    assert (out / "report.txt").read_text() == f"nll {shown}\n"
+
+
+def test_exclusive_write_into_an_older_infodiffs_files_is_refused(tmp_path, plain_format):
+    out = tmp_path / "w"
+    out.mkdir()
+    (out / "report.json").write_text(json.dumps(_rep(1)))
+    with pytest.raises(files_lib.UnitExistsError, match="older infodiff"):
+        report_lib.write_report(report_lib.Report(_rep(2)), str(out), exclusive=True)
+    assert json.loads((out / "report.json").read_text())["nll"] == 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Output folders named by the request
+# ---------------------------------------------------------------------------------------------
+def test_compare_folders_of_different_requests_differ(tmp_path):
+    from infodiff.evaluation import comparison
+
+    w = str(tmp_path / "w1")
+    base = comparison.out_dir(w, "docs.txt", "a/other", 10, 20)
+    assert base == comparison.out_dir(w, "docs.txt", "a/other/", 10, 20)  # the same request: the same folder
+    assert os.path.basename(base).startswith("docs.txt.vs.other-")
+    others = [comparison.out_dir(w, "docs.txt", "b/other", 10, 20),  # another model of the same name
+              comparison.out_dir(w, "sub/docs.txt", "a/other", 10, 20),  # another input of the same name
+              comparison.out_dir(w, "docs.txt", "a/other", 11, 20),  # a newer checkpoint of either run
+              comparison.out_dir(w, "docs.txt", "a/other", 10, 21)]
+    assert len({base, *others}) == 5
+
+
+# ---------------------------------------------------------------------------------------------
+# from_function: every host call checked; the user's own exception
+# ---------------------------------------------------------------------------------------------
+def _external(mode: str):
+    import numpy as np
+
+    import infodiff
+
+    V, L = 27, 8
+    W = np.random.default_rng(0).normal(size=(V + 1, V)).astype(np.float32)
+    calls = [0]
+
+    def logprobs(x):
+        calls[0] += 1
+        logits = W[x]
+        lp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        if calls[0] >= 4:  # the probe call is the first; from the 4th call on the function goes wrong
+            if mode == "plus1":
+                return lp + 1
+            if mode == "raise":
+                raise KeyError("my model broke")
+            if mode == "shape":
+                return lp[:, :-1]
+            if mode == "mask":
+                return np.concatenate([lp[..., :-1], np.zeros_like(lp[..., -1:])], -1)
+        return lp
+
+    run = infodiff.from_function(logprobs, vocab_size=V, mask_id=V, seq_len=L, num_samples=8, batch_size=4)
+    return run, ["the quick brown fox jumps", "over the lazy dog and the cat"] * 2
+
+
+def test_from_function_output_that_stops_summing_to_one_is_refused():
+    """The issue's example: ``logp + 1`` from the 4th call on was scored (53.98 nats instead of
+    74.98); now the call is refused, naming it and its rows."""
+    run, texts = _external("plus1")
+    with pytest.raises(ValueError, match=r"^logprobs_fn's call \d+ after from_function \(rows 0-3 of ids \[4, 8\]\): "
+                                         r"logprobs_fn's output is not log-probabilities: logsumexp .* is 1 at"):
+        run.nll(texts)
+
+
+@pytest.mark.parametrize("mode, match", [("shape", r"returned shape \(4, 7, 27\) for ids of shape \(4, 8\)"),
+                                         ("mask", r"returned 0\.0 at|logsumexp|finite")])
+def test_from_function_later_bad_shape_is_one_value_error(mode, match):
+    run, texts = _external(mode)
+    with pytest.raises(ValueError, match=match) as e:
+        run.nll(texts)
+    assert "\n" not in str(e.value) and "call" in str(e.value)
+
+
+def test_from_function_user_exception_is_reraised_as_itself():
+    run, texts = _external("raise")
+    with pytest.raises(KeyError) as e:
+        run.conditional_nll(["the quick"], [" brown fox jumps over"])
+    assert e.type is KeyError and e.value.args == ("my model broke",)
+    assert any(n.startswith("infodiff: raised in logprobs_fn's call") for n in getattr(e.value, "__notes__", []))
+
+
+def test_from_function_good_function_gives_the_same_numbers_twice():
+    import numpy as np
+
+    run, texts = _external("ok")
+    a, b = run.nll(texts), run.nll(texts)
+    np.testing.assert_array_equal(a.mean, b.mean)
+
+
+# ---------------------------------------------------------------------------------------------
+# Budgets: an upper bound, checked before any work, refused in one line with the cost
+# ---------------------------------------------------------------------------------------------
+def test_interval_orders_above_the_bound_is_one_line_with_its_cost():
+    from infodiff.tasks import masked
+    from tests.test_training import tiny_config
+
+    cfg = tiny_config()
+    with cfg.unlocked():
+        cfg.eval.interval, cfg.eval.interval_orders = True, 1_000_000_000
+    with pytest.raises(ValueError, match=r"^config\.eval\.interval_orders=1000000000 is above the bound 1048576 per "
+                                         r"item: it implies .* forward passes per item \(about .* years at 1 ms each\) "
+                                         r"and 8 GB of per-sample values per item") as e:
+        masked.order_settings(cfg)
+    assert "\n" not in str(e.value)
+    with cfg.unlocked():
+        cfg.eval.interval_orders = 16
+    assert masked.order_settings(cfg)["orders"] == 16  # a bound, not a change to what passes
+
+
+@pytest.mark.parametrize("call", [
+    lambda v: __import__("infodiff.validation", fromlist=["x"]).check_num_samples(v, "config.eval.num_samples"),
+    lambda v: __import__("infodiff.choices", fromlist=["x"]).check_settings(0.95, 32, v),
+])
+def test_sample_budgets_above_the_bound_are_refused(call):
+    from infodiff import validation
+
+    assert call(validation.MAX_PER_ITEM) in (None, validation.MAX_PER_ITEM)
+    with pytest.raises(ValueError, match=r"is above the bound 1048576 per item: it implies 1\.05e\+06 forward"):
+        call(validation.MAX_PER_ITEM + 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Input paths that are not files; JSON of any depth or size
+# ---------------------------------------------------------------------------------------------
+def _special(tmp_path: Path, kind: str) -> str:
+    if kind == "directory":
+        (tmp_path / "d.txt").mkdir()
+        return str(tmp_path / "d.txt")
+    if kind == "FIFO":
+        os.mkfifo(tmp_path / "f.jsonl")  # opened for reading it would wait for a writer forever
+        return str(tmp_path / "f.jsonl")
+    if kind == "loop":
+        os.symlink(tmp_path / "b.txt", tmp_path / "a.txt")
+        os.symlink(tmp_path / "a.txt", tmp_path / "b.txt")
+        return str(tmp_path / "a.txt")
+    return "/dev/zero"
+
+
+@pytest.mark.parametrize("kind, said", [("directory", "is a directory"), ("FIFO", r"is a FIFO \(named pipe\)"),
+                                        ("loop", "is a loop of symbolic links"), ("device", "is a character device")])
+def test_input_that_is_not_a_file_is_named_as_what_it_is(tmp_path, kind, said):
+    from infodiff import config_rules
+    from infodiff.evaluation import inputs
+
+    path = _special(tmp_path, kind)
+    assert config_rules.is_choices_file(path) in (True, False)  # returns at once (never opens a FIFO)
+    with pytest.raises(ValueError, match=rf"^eval\.input '{path}' {said}") as e:
+        inputs.read_input(path)
+    assert "\n" not in str(e.value) and "not found" not in str(e.value)
+
+
+@pytest.mark.parametrize("line, said", [
+    ("[" * 100_000 + "]" * 100_000, r":1: JSON nested too deeply to read"),
+    ('{"id": ' + "9" * 5000 + ', "prompt": "a", "response": "b"}', r":1: not readable as JSON \(Exceeds the limit"),
+])
+def test_json_errors_of_any_depth_or_size_are_one_line_with_file_and_line(tmp_path, line, said):
+    from infodiff.evaluation import inputs
+
+    f = tmp_path / "rows.jsonl"
+    f.write_text(line + "\n")
+    with pytest.raises(ValueError, match=rf"^{f}{said}") as e:
+        inputs.read_input(str(f))
+    assert "\n" not in str(e.value)
