@@ -47,12 +47,20 @@ import numpy as np
 
 from infodiff import likelihood as lk
 from infodiff.data.tokenizers import BYTES, TEXT8, Tokenizer, clean  # noqa: F401  (re-exported)
-from infodiff.tasks.masked import SCORING_ESTIMATORS
+from infodiff.tasks import masked as masked_task
 from infodiff.validation import check_num_samples
 
 __all__ = ["clean", "Tokenizer", "TEXT8", "BYTES", "Windows", "document_windows", "response_windows", "sum_windows", "sum_interval_windows", "Run",
            "load_run", "encode_rows", "prompt_contexts", "concat_rounds",
            "SCORING_ESTIMATORS"]
+
+
+
+def __getattr__(name: str):
+    if name == "SCORING_ESTIMATORS":  # the mask laws that score rows of different lengths (registry)
+        return masked_task.SCORING_ESTIMATORS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 DEFAULT_INPUT_SAMPLES = 32  # per window: 2x k_dce's calibrated minimum (tests/test_calibration.py)
 DEFAULT_MAX_SAMPLES = 1024  # the bound of a target_se run, per window
