@@ -15,6 +15,7 @@ import numpy as np
 
 from infodiff import config_rules as cr
 from infodiff import likelihood as lk
+from infodiff import oracles, orders, schedules
 from infodiff.denoisers import NoParams
 from infodiff.networks.text_denoisers import Denoiser
 from infodiff.processes import base
@@ -188,8 +189,6 @@ def order_settings(config) -> dict:
       ValueError: one line naming the key and its value: ``eval.interval`` not a bool, K < 2,
         a level outside (0, 1), an unknown proposal or sampler.
     """
-    from infodiff import orders
-
     ev = config.eval
     out = {"interval": False, "orders": None, "level": None, "proposal": None, "sampler": "", "sample_steps": None}
     if "interval" not in ev:
@@ -249,8 +248,6 @@ def tiny_config(name: str = "masked") -> ml_collections.ConfigDict:
 def contract_table():
     """The contract tests' tabular law (4 letters, L = 6) and 4 items with their exact -log p
     (float64 [4], nats); shared by the text processes."""
-    from infodiff import oracles
-
     tab = oracles.random_tabular(np.random.default_rng(0), "ACGT", 6, 32)
     x = tab.sample(np.random.default_rng(1), 4)
     return tab, x, -tab.log_prob(x)
@@ -261,8 +258,6 @@ def contract_cases(name: str = "masked", estimators=None) -> list[ContractCase]:
     that is an unbiased estimate (not t_dce's boundary-free bound, not lambda_dce's infinite
     variance); neyman enumerates every stratum at L = 6 (exact, SE 0). ``estimators``: default
     every registered mask law. Ids ``'<name>:<estimator>'``."""
-    from infodiff import schedules
-
     tab, x, truth = contract_table()
     V = tab.vocab_size
     lin = schedules.LinearSchedule()
@@ -280,8 +275,6 @@ def contract_cases(name: str = "masked", estimators=None) -> list[ContractCase]:
 def calibration_laws():
     """The calibration tables: (tabular law, 400 items, exact -log p) and (Markov law, 400
     prompt/response items, exact -log p(y | x) with the prompt the first 8 tokens)."""
-    from infodiff import oracles
-
     rng = np.random.default_rng(0)
     tab = oracles.random_tabular(rng, "ACGT", 6, 64, 0.5)
     x = tab.sample(rng, CALIBRATION_CASES)
