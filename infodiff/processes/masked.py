@@ -167,7 +167,7 @@ def draw_masks(spec: MaskSpec, key: jax.Array, target_BxL: jax.Array, sample_B: 
     Returns:
       mask_BxL bool, t_B float32 in [0, 1] (time to feed a time-conditioned denoiser),
       weight_B float32 such that weight * sum_masked CE is an unbiased one-sample estimate
-      (see module docstring). Rows with n = 0 get weight 0.
+      (see module docstring). Rows with n = 0 get no mask (their value is 0).
     """
     target_BxL = target_BxL.astype(bool)
     n_B = jnp.sum(target_BxL, axis=-1)

@@ -167,7 +167,8 @@ class MaskLaw:
       name: ``MaskSpec.name`` (``config.eval.estimator`` / ``process.objective``).
       draw(spec, keys, target_BxL, n_B, sample_B): one mask, time and weight per row:
         ``(mask_BxL bool (inside the target), t_B float32 in [0, 1], weight_B float32)`` such that
-        ``weight * sum_masked CE`` is an unbiased one-sample estimate; rows with n = 0 get weight 0.
+        ``weight * sum_masked CE`` is an unbiased one-sample estimate; rows with n = 0 get no mask
+        (their value is 0).
         ``keys``: :class:`MaskKeys`; ``n_B`` the target count of each row; ``sample_B`` int32 [B]
         the Monte Carlo sample index of each row (or None).
     With a default (override what differs):
