@@ -53,6 +53,7 @@ import scipy.stats
 
 from infodiff import likelihood as lk
 from infodiff import validation
+from infodiff import windows
 
 __all__ = ["Choices", "choose", "choose_tokens", "check_settings", "looks", "decision_level", "default_samples",
            "DEFAULT_MAX_SAMPLES"]
@@ -240,8 +241,6 @@ def choose(run, prompts, choices, *, answers=None, confidence: float = 0.95, num
     ``max_samples``: the cap per option (default :func:`default_samples`: k_dce 128). Same seed, same questions ->
     same decisions. Raises TypeError / ValueError for malformed questions, answers out of range,
     bad settings, or options of one question that need different numbers of windows."""
-    from infodiff import scoring
-
     prompts = list(prompts) if not isinstance(prompts, str) else prompts
     if isinstance(choices, (str, bytes)) or not hasattr(choices, "__iter__"):
         raise TypeError("choices: expected a list with one list of option strings per question")
@@ -264,13 +263,13 @@ def choose(run, prompts, choices, *, answers=None, confidence: float = 0.95, num
             if isinstance(a, bool) or not isinstance(a, (int, np.integer)) or not 0 <= a < len(c):
                 raise ValueError(f"answers[{i}]={a!r} must be an option index in [0, {len(c)})")
         answers = np.asarray(answers, np.int64)
-    p_ids, p_changed = scoring.encode_rows(prompts, "prompts", run.tokenizer, nonempty=False)
+    p_ids, p_changed = windows.encode_rows(prompts, "prompts", run.tokenizer, nonempty=False)
     if len(p_ids) != Q:
         raise ValueError(f"{len(p_ids)} prompts but {Q} questions")
-    ctx = scoring.prompt_contexts(p_ids, run.tokenizer)
+    ctx = windows.prompt_contexts(p_ids, run.tokenizer)
     options, changed = [], []
     for i, c in enumerate(choices):
-        ids, ch = scoring.encode_rows(c, f"choices[{i}] option", run.tokenizer)
+        ids, ch = windows.encode_rows(c, f"choices[{i}] option", run.tokenizer)
         options.append(ids)
         changed.append(_sum_dicts([p_changed[i], *ch]))
     run.last_changed = changed
@@ -288,8 +287,6 @@ def choose_tokens(run, contexts, options, *, answers=None, confidence=0.95, num_
     partial-evaluation tasks, e.g. Winogrande, change the context and keep the continuation), ``options`` Q lists of >= 2 non-empty int arrays; ``num_samples`` /
     ``max_samples`` resolved (no defaults here). The lm-eval model calls it with its own
     tokenization (:mod:`infodiff.harness`)."""
-    from infodiff import scoring
-
     Q, first, cap = len(options), int(num_samples), int(max_samples)
     ctx = contexts
     L = run.seq_len
@@ -302,8 +299,8 @@ def choose_tokens(run, contexts, options, *, answers=None, confidence=0.95, num_
     context_seen = np.zeros(Q, np.int64)
     for n in sorted({len(c) for c in options}):
         qs = [q for q in range(Q) if len(options[q]) == n]
-        first_ctx = [L - max(scoring.first_piece(len(o), L) for o in options[q]) for q in qs]
-        wins = [scoring.response_windows([_context(ctx[q], j) for q in qs], [options[q][j] for q in qs], L, first_ctx)
+        first_ctx = [L - max(windows.first_piece(len(o), L) for o in options[q]) for q in qs]
+        wins = [windows.response_windows([_context(ctx[q], j) for q in qs], [options[q][j] for q in qs], L, first_ctx)
                 for j in range(n)]
         for j in range(1, n):
             if not np.array_equal(wins[j].row_W, wins[0].row_W):
@@ -335,7 +332,7 @@ def choose_tokens(run, contexts, options, *, answers=None, confidence=0.95, num_
                                       target_NxBxL=[w.target_WxL[padded] for w in wins],
                                       pad_NxBxL=[w.pad_WxL[padded] for w in wins], coupled=coupled,
                                       process=run.process, num_samples=min(first, S - s0), batch_size=run.batch_size)
-                pieces.append([scoring.sum_windows(_rows(e, len(sel)), local, len(active)) for e in ests])
+                pieces.append([windows.sum_windows(_rows(e, len(sel)), local, len(active)) for e in ests])
             for a_i, qi in enumerate(active):
                 samples[qi].append(np.concatenate([np.stack([e.samples[a_i] for e in ests]) for ests in pieces], 1))
                 if r == 0:

@@ -131,7 +131,7 @@ def coupling(run_a, run_b) -> tuple[bool, str, bool]:
     fa, fb = f"{type(pa).__name__} {pa.estimator}", f"{type(pb).__name__} {pb.estimator}"
     if fa != fb:
         return False, f"different processes or estimators (a: {fa}, b: {fb}): no shared noise draws", False
-    if getattr(pa, "needs_plan", False):
+    if pa.needs_plan:
         return False, f"{pa.estimator} allocates its samples by each network's own pilot run: no shared draws", False
     if run_a.seq_len != run_b.seq_len:
         return False, (f"different model lengths (a: L = {run_a.seq_len}, b: L = {run_b.seq_len}): the rows are cut "

@@ -238,7 +238,7 @@ class InfodiffLM(LM):
         """Whether each continuation is the run's greedy decoding given its context (module
         docstring); continuations longer than the model's length are cut into its windows."""
         win = scoring.response_windows(ctx, ys, self.run.seq_len)
-        model = self.run.task.order_model(self.run.denoiser.params) if hasattr(self.run.task, "order_model") else None
+        model = self.run.task.order_model(self.run.denoiser.params)
         if model is None:
             return np.zeros(len(ys), bool)
         den = model["denoiser"]
@@ -279,7 +279,7 @@ class InfodiffLM(LM):
         from infodiff.processes import masked as masked_lib
 
         task, L = self.run.task, self.run.seq_len
-        if not hasattr(task, "schedule_obj"):
+        if task.schedule_obj is None:
             raise ValueError("generate_until needs a masked-diffusion run (the MD4 ancestral sampler)")
         out = []
         den = self.run.denoiser

@@ -51,8 +51,13 @@ __all__ = ["Estimate", "estimate", "slice_rows", "in_slices", "SLICE_TOKENS", "n
            "masked_process", "imdse_nll", "imdse_conditional_nll", "poisson_nll", "ESTIMATORS",
            "TERMS"]
 
-ESTIMATORS = masked.ESTIMATORS
 TERMS = ("diffusion", "prior", "recon", "total")
+
+
+def __getattr__(name: str):
+    if name == "ESTIMATORS":  # the masked estimators: the registered mask laws (masking.LAWS)
+        return tuple(masked.LAWS)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 SE_METHODS = {
@@ -440,8 +445,8 @@ def estimate(process, denoiser, xs_NxBxL, target_BxL, key, num_samples: int, bat
 def masked_process(estimator: str, schedule=None, vocab_size: int = 0) -> masked.MaskedProcess:
     """The masked process of an estimator name (unbiased boundaries; default linear schedule,
     eps 1e-4). Raises ValueError for an unknown name."""
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"unknown estimator {estimator!r}; choose from {ESTIMATORS}")
+    if estimator not in masked.LAWS:
+        raise ValueError(f"unknown estimator {estimator!r}; choose from {tuple(masked.LAWS)}")
     schedule = schedule or schedules_lib.LinearSchedule()
     spec = masked.MaskSpec(name=estimator, schedule=schedule, exact_boundaries=True)
     return masked.MaskedProcess(spec, int(vocab_size))

@@ -71,6 +71,7 @@ import scipy.stats
 
 from infodiff import denoisers
 from infodiff import interrupts
+from infodiff.likelihood import in_slices, slice_rows  # the driver's CPU slicing (speed only)
 from infodiff import schedules as schedules_lib
 from infodiff.validation import check_num_samples, validate_tokens
 
@@ -95,8 +96,6 @@ def _row_keys(key, ids_Rx2):
 
 def _logprob_of_x(apply_fn, params, z_RxL, t_R, x_RxL, V, rows):
     """float32 [R, L]: log c(z, t)_{i, x_i}, and the full log-probabilities [R, L, V]."""
-    from infodiff.likelihood import in_slices  # the driver's CPU slicing (speed only)
-
     lp = in_slices(lambda z, t: apply_fn(params, z, t), rows, z_RxL, t_R)
     if lp.shape != (*x_RxL.shape, V):
         raise ValueError(f"the denoiser returned shape {lp.shape}, expected {(*x_RxL.shape, V)} "
@@ -243,7 +242,6 @@ def plan_log_weights(denoiser, x_BxL, key, num_plans: int, *, target_BxL=None, p
         raise ValueError(f"temperature must be finite and >= 0; got {temperature!r}")
     schedule = schedule or schedules_lib.LinearSchedule()
     apply_fn, params = denoisers.split(denoiser)
-    from infodiff.likelihood import slice_rows
 
     rows = slice_rows(L) if rows_per_slice is None else int(rows_per_slice)
     n_B = target.sum(axis=1)
@@ -311,7 +309,6 @@ def exact_any_order(denoiser, x_BxL, *, target_BxL=None, pad_BxL=None, vocab_siz
         raise ValueError(f"row {int(np.argmax(m_B))} has {int(m_B.max())} target positions; the exact recursion "
                          f"takes 2^m - 1 forward passes and stops at m = {max_targets}")
     apply_fn, params = denoisers.split(denoiser)
-    from infodiff.likelihood import slice_rows
 
     rows = slice_rows(L) if rows_per_slice is None else int(rows_per_slice)
     # every (row, revealed subset A != all) as one input

@@ -46,146 +46,31 @@ import jax
 import numpy as np
 
 from infodiff import likelihood as lk
+from infodiff import choices as choices_lib
+from infodiff import orders as orders_lib
+from infodiff import tasks
 from infodiff.data.tokenizers import BYTES, TEXT8, Tokenizer, clean  # noqa: F401  (re-exported)
-from infodiff.tasks.masked import SCORING_ESTIMATORS
 from infodiff import validation
+from infodiff.tasks import masked as masked_task
 from infodiff.validation import check_num_samples
+from infodiff.windows import (  # noqa: F401  (re-exported)
+    Windows, check_nonempty, document_windows, encode_rows, first_piece, prompt_contexts, response_windows,
+    sum_windows)
 
 __all__ = ["clean", "Tokenizer", "TEXT8", "BYTES", "Windows", "document_windows", "response_windows", "sum_windows", "sum_interval_windows", "Run",
            "load_run", "encode_rows", "prompt_contexts", "concat_rounds",
            "SCORING_ESTIMATORS"]
 
+
+
+def __getattr__(name: str):
+    if name == "SCORING_ESTIMATORS":  # the mask laws that score rows of different lengths (registry)
+        return masked_task.SCORING_ESTIMATORS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 DEFAULT_INPUT_SAMPLES = 32  # per window: 2x k_dce's calibrated minimum (tests/test_calibration.py)
 DEFAULT_MAX_SAMPLES = 1024  # the bound of a target_se run, per window
-
-
-@dataclasses.dataclass(frozen=True)
-class Windows:
-    """Model-length windows of a batch of rows: ``x_WxL`` int32 tokens (pads 0), ``target_WxL``
-    bool (scored positions), ``pad_WxL`` bool (absent positions), ``row_W`` int (the row of each
-    window)."""
-
-    x_WxL: np.ndarray
-    target_WxL: np.ndarray
-    pad_WxL: np.ndarray
-    row_W: np.ndarray
-    context_R: np.ndarray | None = None
-
-
-def _pack(rows, L) -> Windows:
-    """rows: (row, context ids, scored ids) per window, len(context) + len(scored) <= L."""
-    W = len(rows)
-    x = np.zeros((W, L), np.int32)
-    target = np.zeros((W, L), bool)
-    pad = np.ones((W, L), bool)
-    row = np.zeros(W, np.int64)
-    for w, (r, ctx, y) in enumerate(rows):
-        c, n = len(ctx), len(y)
-        x[w, :c], x[w, c:c + n] = ctx, y
-        pad[w, :c + n] = False
-        target[w, c:c + n] = True
-        row[w] = r
-    return Windows(x, target, pad, row)
-
-
-def document_windows(docs: list[np.ndarray], L: int) -> Windows:
-    """Non-overlapping windows of L tokens of each document (the last one padded)."""
-    rows = []
-    for r, d in enumerate(docs):
-        for i in range(0, len(d), L):
-            rows.append((r, d[:0], d[i:i + L]))
-    return _pack(rows, L)
-
-
-def first_piece(R: int, L: int) -> int:
-    """Tokens scored by a response's first window: R if R <= L, else L // 2."""
-    return R if R <= L else L // 2
-
-
-def response_windows(contexts: list[np.ndarray], responses: list[np.ndarray], L: int,
-                     first_context: list[int] | None = None) -> Windows:
-    """Windows scoring each response given its context (module docstring): one window of the
-    last L - R context tokens and the response when R <= L, else pieces of L // 2 tokens each
-    given the L - L // 2 tokens before it. ``first_context[r]`` caps the context of row r's first
-    window (a ratio gives a and b the same prompt context). ``Windows.context_R``: the context
-    tokens row r's first window sees."""
-    rows, seen = [], []
-    for r, (c, y) in enumerate(zip(contexts, responses)):
-        full = np.concatenate([c, y])
-        R = len(y)
-        piece = first_piece(R, L)
-        for i in range(0, R, piece):
-            start = len(c) + i
-            n = min(piece, R - i)
-            k = L - n if i or first_context is None else min(L - n, int(first_context[r]))
-            ctx = full[max(0, start - k):start]
-            if i == 0:
-                seen.append(len(ctx))
-            rows.append((r, ctx, full[start:start + n]))
-    win = _pack(rows, L)
-    return dataclasses.replace(win, context_R=np.asarray(seen, np.int64))
-
-
-def sum_windows(est: lk.Estimate, row_W: np.ndarray, num_rows: int) -> lk.Estimate:
-    """The Estimate of each row as the sum of its windows' (independent) estimates: samples and
-    exact terms summed per row. ``forward_passes`` stays per window; ``info['forward_passes_per_row']``
-    and ``info['windows_per_row']`` give the rows' own counts."""
-    S = est.samples.shape[1]
-    samples = np.zeros((num_rows, S))
-    np.add.at(samples, row_W, est.samples)
-    exact = {}
-    for k, v in est.exact.items():
-        exact[k] = np.zeros(num_rows)
-        np.add.at(exact[k], row_W, np.asarray(v, np.float64))
-    windows = np.bincount(row_W, minlength=num_rows)
-    info = dict(est.info, windows_per_row=windows, forward_passes_per_row=windows * est.forward_passes)
-    return lk.Estimate(est.estimator, samples, forward_passes=est.forward_passes,
-                       infinite_variance=est.infinite_variance, exact=exact, info=info,
-                       se_method=est.se_method, min_samples=est.min_samples)
-
-
-def _tokens(texts, what: str, tokenizer: Tokenizer = TEXT8) -> tuple[list[np.ndarray], list[dict]]:
-    if isinstance(texts, str):
-        raise TypeError(f"{what}: expected a list of strings, got one string (wrap it in a list)")
-    if texts is None or not hasattr(texts, "__iter__"):
-        raise TypeError(f"{what}: expected a list of strings, got {type(texts).__name__}")
-    texts = list(texts)
-    if not texts:
-        raise ValueError(f"{what} is empty: give at least one string")
-    ids, changed = [], []
-    for i, t in enumerate(texts):
-        if not isinstance(t, str):
-            raise TypeError(f"{what}[{i}] is {type(t).__name__}, not a str")
-        x, ch = tokenizer.encode(t)
-        ids.append(np.asarray(x, np.int32))
-        changed.append(ch)
-    return ids, changed
-
-
-def encode_rows(texts, what: str, tokenizer: Tokenizer = TEXT8, nonempty: bool = True
-                ) -> tuple[list[np.ndarray], list[dict]]:
-    """Per text: int32 token ids by ``tokenizer`` and {input character: count} its cleaning
-    changed. Raises TypeError for anything but a list of strings, ValueError for an empty list or
-    (``nonempty``) a text with no tokens, naming ``what[i]``."""
-    ids, changed = _tokens(texts, what, tokenizer)
-    if nonempty:
-        _nonempty(ids, what, tokenizer)
-    return ids, changed
-
-
-def prompt_contexts(prompt_ids: list[np.ndarray], tokenizer: Tokenizer = TEXT8) -> list[np.ndarray]:
-    """The context of each response: its prompt's tokens and the tokenizer's separator (text8: one
-    space); an empty prompt: none."""
-    sep = np.asarray(tokenizer.separator, np.int32)
-    return [np.concatenate([p, sep]) if len(p) else p for p in prompt_ids]
-
-
-def _nonempty(ids, what, tokenizer: Tokenizer = TEXT8):
-    for i, t in enumerate(ids):
-        if len(t) == 0:
-            why = ("after cleaning to the text8 alphabet (a-z and space)" if tokenizer.name == "text8"
-                   else f"after {tokenizer.name} tokenization")
-            raise ValueError(f"{what}[{i}] is empty {why}: nothing to score")
 
 
 class Run:
@@ -285,13 +170,13 @@ class Run:
         ``target_se`` (nats), samples are added in rounds until every row's SE is at most it or
         ``max_samples`` per window are spent (every method; ``info['target_se_reached']``).
         Raises TypeError for non-strings, ValueError for a text empty after cleaning."""
-        ids, self.last_changed = _tokens(texts, "texts", self.tokenizer)
-        _nonempty(ids, "texts", self.tokenizer)
+        ids, self.last_changed = encode_rows(texts, "texts", self.tokenizer, nonempty=False)
+        check_nonempty(ids, "texts", self.tokenizer)
         return self._nll_windows(document_windows(ids, self.seq_len), len(ids), seed, num_samples, progress,
                                  target_se, max_samples)
 
     def _contexts(self, prompts, n):
-        p_ids, p_changed = _tokens(prompts, "prompts", self.tokenizer)
+        p_ids, p_changed = encode_rows(prompts, "prompts", self.tokenizer, nonempty=False)
         if len(p_ids) != n:
             raise ValueError(f"{len(p_ids)} prompts but {n} responses")
         ctx = prompt_contexts(p_ids, self.tokenizer)
@@ -304,8 +189,8 @@ class Run:
         """-log p(response | prompt) per pair, nats per response (module docstring for long
         responses and prompts): the network's NELBO, ``info['bound'] == 'nelbo'``. Raises
         ValueError for unequal counts or an empty response."""
-        y, y_changed = _tokens(responses, "responses", self.tokenizer)
-        _nonempty(y, "responses", self.tokenizer)
+        y, y_changed = encode_rows(responses, "responses", self.tokenizer, nonempty=False)
+        check_nonempty(y, "responses", self.tokenizer)
         ctx, p_changed = self._contexts(prompts, len(y))
         self.last_changed = [_merge(a, b) for a, b in zip(p_changed, y_changed)]
         return self._nll_windows(response_windows(ctx, y, self.seq_len), len(y), seed, num_samples, progress,
@@ -320,10 +205,10 @@ class Run:
         :meth:`conditional_nll`, and pairs whose window counts differ are refused (ValueError).
         ``info['nll_a']`` / ``info['nll_b']``: the Estimates of -log p(a | prompt) and -log p(b | prompt)
         from the same draws (the ratio's samples are their difference)."""
-        ya, ca = _tokens(a, "a", self.tokenizer)
-        yb, cb = _tokens(b, "b", self.tokenizer)
-        _nonempty(ya, "a", self.tokenizer)
-        _nonempty(yb, "b", self.tokenizer)
+        ya, ca = encode_rows(a, "a", self.tokenizer, nonempty=False)
+        yb, cb = encode_rows(b, "b", self.tokenizer, nonempty=False)
+        check_nonempty(ya, "a", self.tokenizer)
+        check_nonempty(yb, "b", self.tokenizer)
         if len(ya) != len(yb):
             raise ValueError(f"{len(ya)} a-responses but {len(yb)} b-responses")
         ctx, pc = self._contexts(prompts, len(ya))
@@ -358,8 +243,6 @@ class Run:
         """The most likely option of each multiple-choice question, decided at ``confidence`` with
         adaptive stopping and coupled options: :func:`infodiff.choices.choose` (a
         :class:`infodiff.choices.Choices`)."""
-        from infodiff import choices as choices_lib
-
         return choices_lib.choose(self, prompts, choices, answers=answers, confidence=confidence,
                                   num_samples=num_samples, max_samples=max_samples, adaptive=adaptive,
                                   coupled=coupled, seed=seed)
@@ -367,8 +250,6 @@ class Run:
     # -- the model's own -log p over generation orders (infodiff/orders.py) --------------------
     def _interval_windows(self, win: Windows, num_rows: int, nelbo: lk.Estimate, seed, orders_, level, proposal,
                           progress):
-        from infodiff import orders as orders_lib
-
         model = self.task.order_model(self.denoiser.params)
         oi = orders_lib.nll_interval(model["denoiser"], win.x_WxL, jax.random.fold_in(self._key(seed), INTERVAL_STREAM),
                                  target_BxL=win.target_WxL, pad_BxL=win.pad_WxL, num_orders=orders_, proposal=proposal,
@@ -387,8 +268,8 @@ class Run:
         with the same ``seed`` (or ``nelbo``, an Estimate of these rows already made). ``orders``
         K >= 2 per window and as many pilot orders.
         Raises ValueError for a run that is not masked diffusion, or bad settings."""
-        ids, self.last_changed = _tokens(texts, "texts", self.tokenizer)
-        _nonempty(ids, "texts", self.tokenizer)
+        ids, self.last_changed = encode_rows(texts, "texts", self.tokenizer, nonempty=False)
+        check_nonempty(ids, "texts", self.tokenizer)
         self._check_interval(orders, level, proposal)
         win = document_windows(ids, self.seq_len)
         if nelbo is None:
@@ -400,8 +281,8 @@ class Run:
                                  nelbo: lk.Estimate | None = None):
         """:meth:`nll_interval` of -log p(response | prompt) per pair, over the windows of
         :meth:`conditional_nll`."""
-        y, y_changed = _tokens(responses, "responses", self.tokenizer)
-        _nonempty(y, "responses", self.tokenizer)
+        y, y_changed = encode_rows(responses, "responses", self.tokenizer, nonempty=False)
+        check_nonempty(y, "responses", self.tokenizer)
         self._check_interval(orders, level, proposal)
         ctx, p_changed = self._contexts(prompts, len(y))
         self.last_changed = [_merge(a, b) for a, b in zip(p_changed, y_changed)]
@@ -412,9 +293,7 @@ class Run:
 
     def _check_interval(self, orders_, level, proposal):
         """ValueError, before any work: a run that is not masked diffusion, or bad settings."""
-        from infodiff import orders as orders_lib
-
-        if not hasattr(self.task, "order_model"):  # masked runs (MaskedTask, infodiff.external)
+        if self.task.order_model(self.denoiser.params) is None:  # masked runs (MaskedTask, infodiff.external)
             raise ValueError(f"an NLL interval needs a masked-diffusion run; this run's process is "
                              f"{self.task.name!r}: SEDD networks do not define the any-order conditionals used here")
         if isinstance(orders_, bool) or not isinstance(orders_, (int, np.integer)) or orders_ < 2:
@@ -434,7 +313,6 @@ def sum_interval_windows(oi, row_W: np.ndarray, num_rows: int):
     ``oi.level`` with the windows' Student-t quantiles (:func:`infodiff.orders.side_quantiles`, as
     for one window: a row of one window keeps its window's numbers); ``ess`` the smallest and
     ``pareto_k`` the largest of its windows, ``exact`` all of them, ``forward_passes`` summed."""
-    import dataclasses as dc
 
     def add(v):
         out = np.zeros(num_rows, np.float64)
@@ -448,15 +326,13 @@ def sum_interval_windows(oi, row_W: np.ndarray, num_rows: int):
 
     iw, tube = add(oi.iw), add(oi.tube)
     iw_se, tube_se = np.sqrt(add(oi.iw_stderr**2)), np.sqrt(add(oi.tube_stderr**2))
-    from infodiff import orders as orders_lib
-
     z_lower, z_upper = orders_lib.side_quantiles(oi.orders, oi.pilot_orders, oi.level)
     exact = reduce(oi.exact, np.minimum, 1.0).astype(bool)
     ess = reduce(np.where(np.isnan(oi.ess), np.inf, oi.ess), np.minimum, np.inf)
     ess[np.isinf(ess)] = np.nan
     k_hat = reduce(np.where(np.isnan(oi.pareto_k), -np.inf, oi.pareto_k), np.maximum, -np.inf)
     k_hat[np.isinf(k_hat)] = np.nan
-    return dc.replace(oi, lower=np.maximum(0.0, tube - z_lower * tube_se), upper=iw + z_upper * iw_se,
+    return dataclasses.replace(oi, lower=np.maximum(0.0, tube - z_lower * tube_se), upper=iw + z_upper * iw_se,
                       iw=iw, iw_stderr=iw_se, tube=tube, tube_stderr=tube_se, ess=ess, pareto_k=k_hat, exact=exact,
                       forward_passes=add(oi.forward_passes).astype(np.int64), best_order=None)
 
@@ -467,7 +343,7 @@ def concat_rounds(parts: list[lk.Estimate]) -> lk.Estimate:
     info = dict(e.info, forward_passes_per_row=sum(p.info["forward_passes_per_row"] for p in parts))
     for k in ("nll_a", "nll_b"):  # a ratio's two sides (Run.log_ratio)
         if k in e.info:
-            info[k] = _concat_samples([p.info[k] for p in parts])
+            info[k] = concat_rounds([p.info[k] for p in parts])
     return lk.Estimate(e.estimator, np.concatenate([p.samples for p in parts], axis=1),
                        forward_passes=sum(p.forward_passes for p in parts), infinite_variance=e.infinite_variance,
                        exact=e.exact, info=info, se_method=e.se_method, min_samples=e.min_samples)
@@ -510,7 +386,7 @@ def load_run(workdir: str, *, estimator: str | None = None, num_samples: int | N
       FileNotFoundError: no config.json / checkpoint in ``workdir``; ValueError: a run whose
       process does not score text, or an estimator that needs equal-length rows.
     """
-    from infodiff import tasks, training
+    from infodiff import training  # orbax and the training loop: loaded only when a run is
 
     import ml_collections
 
@@ -534,4 +410,4 @@ def load_run(workdir: str, *, estimator: str | None = None, num_samples: int | N
         if cap < S:
             raise ValueError(f"config.eval.input_max_samples={cap} is below config.eval.input_samples={S}")
     return Run(workdir, config, task, den, process, meta["step"], S, int(ev.batch_size), cap,
-               tokenizer=getattr(task, "tokenizer", TEXT8), checkpoint_sha256=meta.get("state_sha256"))
+               tokenizer=task.tokenizer, checkpoint_sha256=meta.get("state_sha256"))

@@ -1,5 +1,6 @@
 """Layering of the library: processes never import the estimator layer; no module imports or uses
-a private name of another module; matplotlib is imported only where a plot is drawn."""
+a private name of another module; matplotlib is imported only where a plot is drawn; no import
+cycle between modules, lazy imports inside functions included."""
 
 import ast
 import pathlib
@@ -68,6 +69,7 @@ LAYERS = {
     "likelihood": 2, "orders": 2, "networks": 2, "data": 2, "poisson_moments": 2,
     "tasks": 3,
     "training": 4, "evaluation": 4, "scoring": 4, "external": 4, "compare": 4, "config_usage": 4, "choices": 4,
+    "windows": 4,
     "harness": 6,
     "cli": 5, "__init__": 5,
     "commands": 6, "experiments": 6,  # the installed commands; the paper's experiments (public API only)
@@ -206,3 +208,97 @@ def test_the_registry_checks_fail_on_what_they_guard():
     assert len(process_name_uses(fake, {"poisson", "sedd"})) == 5
     assert len(module_arguments(fake)) == 2
     assert upward_imports([("x.py", "newpart", ast.parse(""))])  # a part without a layer
+
+
+# ---------------------------------------------------------------------------------------------
+# No import cycle between modules (also inside one layer, where test_no_upward_import is blind)
+# ---------------------------------------------------------------------------------------------
+def module_name(path) -> str:
+    """'infodiff.a.b' of infodiff/a/b.py ('infodiff.a' of infodiff/a/__init__.py)."""
+    parts = list(pathlib.Path(path).relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(modules, packages=()) -> dict[str, set[str]]:
+    """{module: the library modules it imports} over ``modules`` ({dotted name: AST}), imports
+    inside functions included. ``from infodiff.a import b`` is an edge to ``infodiff.a.b`` when
+    that is a module, else to ``infodiff.a``. A package's (a name in ``packages``) edges to its
+    own submodules are left out: the facade that imports its members to register or re-export
+    them is not a cycle."""
+    graph = {}
+    for me, tree in modules.items():
+        package = me if me in packages else None
+        edges = set()
+        for node in ast.walk(tree):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                           for a in node.names]
+            for t in targets:
+                while t not in modules and "." in t:
+                    t = t.rsplit(".", 1)[0]
+                if t in modules and t != me and not (package and t.startswith(package + ".")):
+                    edges.add(t)
+        graph[me] = edges
+    return graph
+
+
+def cycles(graph) -> list[list[str]]:
+    """The import cycles of ``graph``: one list of modules per strongly connected component with
+    more than one module (Tarjan), each sorted."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle():
+    modules = {module_name(p): _tree(p) for p in LIB}
+    found = cycles(import_graph(modules, {module_name(p) for p in LIB if p.name == "__init__.py"}))
+    assert not found, found
+
+
+def test_the_cycle_check_fails_on_a_cycle_inside_one_layer():
+    """A synthetic graph: scoring -> choices -> scoring (both layer 4, so the upward check is
+    blind to it) is found, with a lazy import on one side; a package facade is not a cycle."""
+    mods = {
+        "infodiff.scoring": ast.parse("from infodiff import likelihood\n"
+                                      "def choose():\n    from infodiff import choices\n"),
+        "infodiff.choices": ast.parse("from infodiff import scoring, likelihood\n"),
+        "infodiff.likelihood": ast.parse("import numpy\n"),
+        "infodiff.tasks": ast.parse("from infodiff.tasks import masked\n"),
+        "infodiff.tasks.masked": ast.parse("from infodiff.tasks import register\n"),
+    }
+    assert LAYERS["scoring"] == LAYERS["choices"]
+    assert not upward_imports([(f"{m}.py", m.split(".")[1], t) for m, t in mods.items()])
+    assert cycles(import_graph(mods, {"infodiff.tasks"})) == [["infodiff.choices", "infodiff.scoring"]]
+    assert cycles(import_graph(mods)) == [["infodiff.choices", "infodiff.scoring"],
+                                          ["infodiff.tasks", "infodiff.tasks.masked"]]
+    del mods["infodiff.scoring"]
+    assert cycles(import_graph(mods, {"infodiff.tasks"})) == []

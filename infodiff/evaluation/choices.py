@@ -11,6 +11,11 @@ the Monte Carlo error (:class:`infodiff.choices.Choices`). Same seed, same file 
 from __future__ import annotations
 
 from infodiff import validation
+import types
+
+from infodiff import choices as choices_lib
+from infodiff import likelihood as lk
+from infodiff.evaluation import jsonl
 
 __all__ = ["read_choices", "evaluate_choices"]
 
@@ -20,10 +25,8 @@ def read_choices(path: str, lines: list[str]) -> tuple[str, list[str], dict]:
     Raises ValueError naming the file and line for a line that is not a JSON object, other keys, a
     prompt that is not a string, fewer than 2 options or an option that is not a string, an answer
     that is not an option index, answers on some lines only, a repeated id, or no rows."""
-    from infodiff.evaluation import inputs
-
     ids, cols, seen, with_answer = [], {"prompt": [], "choices": [], "answer": []}, {}, None
-    for i, obj in inputs.json_rows(path, lines):
+    for i, obj in jsonl.json_rows(path, lines):
         keys = set(obj) - {"id"}
         if keys not in ({"prompt", "choices"}, {"prompt", "choices", "answer"}):
             raise ValueError(f"{path}:{i}: keys {sorted(obj)}; a multiple-choice file (line 1 has \"choices\") needs "
@@ -42,7 +45,7 @@ def read_choices(path: str, lines: list[str]) -> tuple[str, list[str], dict]:
             if isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < len(c):
                 raise ValueError(f"{path}:{i}: 'answer' must be the index of an option, 0 to {len(c) - 1}; got {a!r}")
             cols["answer"].append(a)
-        ids.append(inputs.row_id(path, i, obj, seen))
+        ids.append(jsonl.row_id(path, i, obj, seen))
         cols["prompt"].append(p)
         cols["choices"].append(c)
     if not ids:
@@ -55,8 +58,6 @@ def read_choices(path: str, lines: list[str]) -> tuple[str, list[str], dict]:
 def evaluate_choices(config, ids, cols, run, row_errors) -> tuple:
     """(:class:`infodiff.choices.Choices`, rows, summary) of a multiple-choice file;
     ``row_errors``: :mod:`infodiff.evaluation.inputs`' renamer of a row's ValueError."""
-    from infodiff import choices as choices_lib
-
     ev = config.eval
     conf, first, cap = ev.get("choice_confidence", 0.95), ev.get("choice_samples", 0), ev.get("choice_max_samples", 0)
     if isinstance(conf, bool) or not isinstance(conf, (int, float)) or not 0 < conf < 1:
@@ -91,9 +92,6 @@ def evaluate_choices(config, ids, cols, run, row_errors) -> tuple:
 
 def estimate_view(res, process):
     """What the input report reads of an Estimate (estimator, samples, SE method), for choices."""
-    import types
-
-    from infodiff import likelihood as lk
 
     return types.SimpleNamespace(estimator=f"{res.estimator}:{'coupled' if res.coupled else 'decoupled'}",
                                  infinite_variance=bool(process.infinite_variance), num_samples=res.first_samples,

@@ -44,7 +44,9 @@ import numpy as np
 
 from infodiff import provenance, scoring
 from infodiff.validation import check_num_samples
+from infodiff.evaluation import choices as choices_eval
 from infodiff.evaluation import intervals, plots
+from infodiff.evaluation.jsonl import json_rows, row_id  # noqa: F401  (re-exported)
 from infodiff.evaluation import report as report_lib
 
 __all__ = ["read_input", "evaluate_input", "INPUT_UNITS", "row_attachments", "row_errors", "sha256", "run_checkpoint",
@@ -159,40 +161,6 @@ def check_input_path(path: str, what: str = "eval.input") -> None:
             raise ValueError(f"{what} {path!r} is {kind}, not a regular file: give a .txt or .jsonl file")
 
 
-def json_rows(path: str, lines: list[str]):
-    """(line number, JSON object) of each non-empty line of a .jsonl file. Raises ValueError naming
-    the file and line for a line that is not valid JSON or not an object."""
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{i}: not valid JSON ({e.msg}, column {e.colno})") from None
-        except RecursionError:
-            raise ValueError(f"{path}:{i}: JSON nested too deeply to read (over about "
-                             f"{sys.getrecursionlimit()} levels of [ or {{): give flat rows") from None
-        except ValueError as e:  # e.g. an integer of more digits than Python converts (sys.get_int_max_str_digits)
-            why = str(e).split(":")[0].strip() or type(e).__name__
-            raise ValueError(f"{path}:{i}: not readable as JSON ({why}): write a long number (e.g. an id) as a "
-                             "string") from None
-        if not isinstance(obj, dict):
-            raise ValueError(f"{path}:{i}: expected a JSON object, got {type(obj).__name__}")
-        yield i, obj
-
-
-def row_id(path: str, i: int, obj: dict, seen: dict) -> str:
-    """A row's id: its "id" (a string or an integer) or its line number ``i``; ``seen`` {id: line}
-    is updated. Raises ValueError naming the file and line for another type or a repeated id."""
-    rid = obj.get("id", i)
-    if isinstance(rid, bool) or not isinstance(rid, (str, int)):
-        raise ValueError(f"{path}:{i}: \"id\" must be a string or an integer, got {rid!r}")
-    if str(rid) in seen:
-        raise ValueError(f"{path}:{i}: id {rid!r} was already used on line {seen[str(rid)]}")
-    seen[str(rid)] = i
-    return str(rid)
-
-
 def read_input(path: str, unit: str = "line", notes: list | None = None,
                tokenizer: scoring.Tokenizer = scoring.TEXT8) -> tuple[str, list[str], dict]:
     """(kind 'text' | 'pairs' | 'ratios', row ids, columns {name: list of str}) of a user file.
@@ -234,8 +202,6 @@ def read_input(path: str, unit: str = "line", notes: list | None = None,
     from infodiff.config_rules import is_choices_file
 
     if is_choices_file(path):
-        from infodiff.evaluation import choices as choices_eval
-
         return choices_eval.read_choices(path, lines)
     kind, ids, cols = None, [], {}
     seen, line_of = {}, []
@@ -433,11 +399,11 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
     ev = config.eval
     path = str(ev.input)
     read_notes: list = []
-    tokenizer = getattr(tasks.make_task(config), "tokenizer", scoring.TEXT8)
+    tokenizer = tasks.make_task(config).tokenizer
     kind, ids, cols = read_input(path, str(ev.input_unit), notes=read_notes, tokenizer=tokenizer)
     (ids, cols), limit_notes = _limit_rows(config, ids, cols)
     run = scoring.load_run(workdir, config=config)
-    order = run.task.order_settings() if hasattr(run.task, "order_settings") else None
+    order = run.task.order_settings()
     if kind == "choices":
         return _evaluate_choices(config, workdir, t0, path, ids, cols, run, order, read_notes + limit_notes)
     if order and order["interval"] and kind == "ratios":
@@ -541,8 +507,6 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
 
 def _evaluate_choices(config, workdir, t0, path, ids, cols, run, order, read_notes) -> tuple[dict, str]:
     """A multiple-choice file (:mod:`infodiff.evaluation.choices`)."""
-    from infodiff.evaluation import choices as choices_eval
-
     if order and order["interval"]:
         raise ValueError(f"config.eval.interval=True: {path} holds multiple-choice questions, which get no interval; "
                          "drop --config.eval.interval")

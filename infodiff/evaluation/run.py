@@ -125,7 +125,7 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str, out_dir: s
     ev = config.eval
     task = tasks.make_task(config)
     task.check_eval_config()
-    order = task.order_settings() if hasattr(task, "order_settings") else None
+    order = task.order_settings()
     _check_saved_config(config, workdir)
     out_dir = out_dir or workdir
     report_lib.refuse_existing(out_dir, config)  # after the settings' checks, before any work

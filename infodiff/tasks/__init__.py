@@ -86,12 +86,30 @@ class Task:
       metric: 'bpc' or 'bpd' (bits per character / dimension).
       rate_name, items_per_step: the throughput logged (``tokens_per_s`` with B L tokens per step,
         or ``examples_per_s`` with B examples).
+
+    What the evaluation, the scorer and the harness read of a task, with the default of a task
+    that has none of it (a text task sets the first four; a masked one the order members; a
+    count task ``scaling``):
+      seq_len: L, the model's length in tokens (None: not a token model).
+      vocab_size: V real tokens (None: not a token model).
+      tokenizer: how user strings become ids (:class:`infodiff.data.tokenizers.Tokenizer`;
+        None: the task reads no text).
+      schedule_obj: the masking schedule (:mod:`infodiff.schedules`; None: none).
+      scaling: the count scaling (:class:`infodiff.processes.poisson.CountScaling`; None: no counts).
+      order_settings(): the any-order likelihood settings of ``config.eval`` (None: none).
+      order_model(params): what :func:`infodiff.orders.nll_interval` needs (None: the process
+        has no any-order conditionals).
     """
 
     name: str
     metric: str
     rate_name: str
     model: Any
+    seq_len: int | None = None
+    vocab_size: int | None = None
+    tokenizer: Any = None
+    schedule_obj: Any = None
+    scaling: Any = None
 
     def __init__(self, config: ml_collections.ConfigDict, data: Any = None):
         self.config = config
@@ -234,6 +252,16 @@ class Task:
     def eval_extras(self, est, x, generated: dict) -> tuple[dict, list[Figure]]:
         """(extra report entries, the figures to draw)."""
         return {}, []
+
+    def order_settings(self) -> dict | None:
+        """The any-order likelihood settings (``infodiff.tasks.masked.order_settings``), validated;
+        None for a process without any-order conditionals."""
+        return None
+
+    def order_model(self, params: Any) -> dict | None:
+        """``{'denoiser', 'time_conditioned', 'schedule'}`` for :func:`infodiff.orders.nll_interval`
+        with ``params``; None for a process without any-order conditionals (not masked)."""
+        return None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,6 +16,7 @@ import numpy as np
 from infodiff import config_rules as cr
 from infodiff import likelihood as lk
 from infodiff import validation
+from infodiff import oracles, orders, schedules
 from infodiff.denoisers import NoParams
 from infodiff.networks.text_denoisers import Denoiser
 from infodiff.processes import base
@@ -26,9 +27,24 @@ from infodiff.tasks import text
 
 __all__ = ["MaskedTask", "make_mask_spec", "scoring_process", "oracle_case", "SCORING_ESTIMATORS", "REGISTRATION"]
 
-# The estimators that take one forward pass per sample, so rows of different lengths (pads) can
-# be scored: infodiff.scoring.
-SCORING_ESTIMATORS = ("k_dce", "t_dce", "time_free", "lambda_dce")
+
+
+_FLAGS = {"one_pass": lambda m: m.one_pass, "objective": lambda m: m.objective,
+          "antithetic": lambda m: m.antithetic, "finite_T": lambda m: m.finite_T}
+
+
+def _laws_with(flag: str) -> tuple[str, ...]:
+    """The registered mask laws (``masked_lib.LAWS``) that declare ``flag`` (a key of
+    :data:`_FLAGS`), in registry order."""
+    return tuple(name for name, m in masked_lib.LAWS.items() if _FLAGS[flag](m))
+
+
+def __getattr__(name: str):
+    # SCORING_ESTIMATORS: the laws that take one forward pass per sample, so rows of different
+    # lengths (pads) can be scored (infodiff.scoring); read from the registry when asked.
+    if name == "SCORING_ESTIMATORS":
+        return _laws_with("one_pass")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_mask_spec(config: ml_collections.ConfigDict) -> masked_lib.MaskSpec:
@@ -43,16 +59,19 @@ def make_mask_spec(config: ml_collections.ConfigDict) -> masked_lib.MaskSpec:
         objective other than t_dce.
     """
     p = config.process
-    if int(p.finite_T) > 0 and p.objective != "t_dce":
+    objective = masked_lib.LAWS.get(p.objective) if isinstance(p.objective, str) else None
+    if int(p.finite_T) > 0 and not (objective and objective.finite_T):
         # A key this objective does not read is an error, not silence (infodiff/config_usage.py).
-        raise ValueError(f"config.process.finite_T={p.finite_T} is read only by objective 't_dce' (MD4's "
-                         f"discrete-time ELBO), not by {p.objective!r}: set finite_T=0 or objective='t_dce'")
+        readers = _laws_with("finite_T")
+        raise ValueError(f"config.process.finite_T={p.finite_T} is read only by objective "
+                         f"{' or '.join(map(repr, readers))} (MD4's discrete-time ELBO), not by {p.objective!r}: "
+                         f"set finite_T=0 or objective={' or '.join(map(repr, readers))}")
     return masked_lib.MaskSpec(
         name=p.objective,
         schedule=text.schedule_from_config(p),
         finite_T=int(p.finite_T),
         # read only where the objective draws a continuous time (RULES)
-        antithetic=bool(p.antithetic) if p.objective in ("t_dce", "lambda_dce") else False,
+        antithetic=bool(p.antithetic) if objective and objective.antithetic else False,
         exact_boundaries=False,
     )
 
@@ -67,10 +86,15 @@ class MaskedTask(text.TextTask):
     def __init__(self, config, data=None):
         super().__init__(config, data)
         self.spec = make_mask_spec(config)
-        if self.spec.name not in masked_lib.OBJECTIVES:
+        if not self.spec_law.objective:
             raise ValueError(f"config.process.objective={self.spec.name!r} is an estimator, not a "
-                             f"training objective; choose from {masked_lib.OBJECTIVES}")
+                             f"training objective; choose from {_laws_with('objective')}")
         self.process = masked_lib.MaskedProcess(self.spec, self.vocab_size)
+
+    @property
+    def spec_law(self) -> masked_lib.MaskLaw:
+        """The mask law of the training objective."""
+        return masked_lib.law(self.spec.name)
 
     @property
     def objective(self):
@@ -85,9 +109,9 @@ class MaskedTask(text.TextTask):
     def check_eval_config(self):
         super().check_eval_config()
         order_settings(self.config)
-        if self.config.eval.estimator not in masked_lib.ESTIMATORS:
+        if self.config.eval.estimator not in masked_lib.LAWS:
             raise ValueError(f"config.eval.estimator={self.config.eval.estimator!r}; "
-                             f"choose from {masked_lib.ESTIMATORS}")
+                             f"choose from {tuple(masked_lib.LAWS)}")
 
     def order_settings(self) -> dict:
         """The any-order likelihood settings of ``config.eval`` (:func:`order_settings`)."""
@@ -128,12 +152,11 @@ class MaskedTask(text.TextTask):
 def scoring_process(estimator: str, schedule, vocab_size: int) -> masked_lib.MaskedProcess:
     """The masked process that scores rows of different lengths (:data:`SCORING_ESTIMATORS`).
     Raises ValueError for another estimator."""
-    if estimator not in lk.ESTIMATORS:
-        raise ValueError(f"unknown estimator {estimator!r} (config.eval.estimator); choose from "
-                         f"{SCORING_ESTIMATORS}")
-    if estimator not in SCORING_ESTIMATORS:
-        raise ValueError(f"estimator {estimator!r} cannot score rows of different lengths; choose from "
-                         f"{SCORING_ESTIMATORS}")
+    scoring = _laws_with("one_pass")
+    if estimator not in masked_lib.LAWS:
+        raise ValueError(f"unknown estimator {estimator!r} (config.eval.estimator); choose from {scoring}")
+    if estimator not in scoring:
+        raise ValueError(f"estimator {estimator!r} cannot score rows of different lengths; choose from {scoring}")
     return lk.masked_process(estimator, schedule, vocab_size)
 
 
@@ -144,7 +167,7 @@ def oracle_case(config, name: str = "masked") -> OracleCase:
     registered name (the report's)."""
     ev = config.eval
     text.check_num_sequences(config)
-    est_names = text.names(ev.estimators, lk.ESTIMATORS, "eval.estimators", "estimator")
+    est_names = text.names(ev.estimators, tuple(masked_lib.LAWS), "eval.estimators", "estimator")
     case, orc, key = text.text_oracle_case(config, name, check_prompt=True)
     schedule = text.schedule_from_config(config.process)
     for i, est in enumerate(est_names):
@@ -167,8 +190,6 @@ def order_settings(config) -> dict:
       ValueError: one line naming the key and its value: ``eval.interval`` not a bool, K < 2,
         a level outside (0, 1), an unknown proposal or sampler.
     """
-    from infodiff import orders
-
     ev = config.eval
     out = {"interval": False, "orders": None, "level": None, "proposal": None, "sampler": "", "sample_steps": None}
     if "interval" not in ev:
@@ -210,8 +231,8 @@ RULES: tuple[cr.Conditional, ...] = (
              lambda c: cr.get(c, "eval.interval") is True
              or (cr.NO_INPUT(c) and cr.get(c, "eval.sampler_likelihood") == "ancestral"), cr.NETWORK),
     cr.Conditional("eval.interval_proposal", "eval.interval is True", _is_true("eval.interval"), cr.NETWORK),
-    cr.Conditional("process.antithetic", "process.objective in ('t_dce', 'lambda_dce')",
-                   cr.equals("process.objective", "t_dce", "lambda_dce")),
+    cr.Conditional("process.antithetic", f"process.objective in {_laws_with('antithetic')}",
+                   lambda c: str(cr.get(c, "process.objective")) in _laws_with("antithetic")),
 )
 
 # ---- contract material (tests/test_processes.py, test_calibration.py, the resume test) ----
@@ -229,38 +250,33 @@ def tiny_config(name: str = "masked") -> ml_collections.ConfigDict:
 def contract_table():
     """The contract tests' tabular law (4 letters, L = 6) and 4 items with their exact -log p
     (float64 [4], nats); shared by the text processes."""
-    from infodiff import oracles
-
     tab = oracles.random_tabular(np.random.default_rng(0), "ACGT", 6, 32)
     x = tab.sample(np.random.default_rng(1), 4)
     return tab, x, -tab.log_prob(x)
 
 
-def contract_cases(name: str = "masked", estimators=masked_lib.ESTIMATORS) -> list[ContractCase]:
+def contract_cases(name: str = "masked", estimators=None) -> list[ContractCase]:
     """Every masked estimator with the exact tabular denoiser; the training law of each objective
     that is an unbiased estimate (not t_dce's boundary-free bound, not lambda_dce's infinite
-    variance); neyman enumerates every stratum at L = 6 (exact, SE 0). Ids
-    ``'<name>:<estimator>'``."""
-    from infodiff import schedules
-
+    variance); neyman enumerates every stratum at L = 6 (exact, SE 0). ``estimators``: default
+    every registered mask law. Ids ``'<name>:<estimator>'``."""
     tab, x, truth = contract_table()
     V = tab.vocab_size
     lin = schedules.LinearSchedule()
     out = []
-    for est in estimators:
-        train = None
-        if est in masked_lib.OBJECTIVES and est not in ("t_dce", "lambda_dce"):
+    for est in (tuple(masked_lib.LAWS) if estimators is None else estimators):
+        process, train = lk.masked_process(est, lin, V), None
+        m = process.law
+        if m.objective and not m.exact_boundaries and not process.infinite_variance:
             train = masked_lib.MaskedProcess(masked_lib.MaskSpec(est, lin, exact_boundaries=False, antithetic=False), V)
-        out.append(ContractCase(f"{name}:{est}", lk.masked_process(est, lin, V), train, tab, x, truth, truth,
-                                128 if est in ("stratified", "neyman") else 1024))
+        out.append(ContractCase(f"{name}:{est}", process, train, tab, x, truth, truth,
+                                1024 if m.one_pass else 128))
     return out
 
 
 def calibration_laws():
     """The calibration tables: (tabular law, 400 items, exact -log p) and (Markov law, 400
     prompt/response items, exact -log p(y | x) with the prompt the first 8 tokens)."""
-    from infodiff import oracles
-
     rng = np.random.default_rng(0)
     tab = oracles.random_tabular(rng, "ACGT", 6, 64, 0.5)
     x = tab.sample(rng, CALIBRATION_CASES)
@@ -271,6 +287,12 @@ def calibration_laws():
 
 
 CALIBRATION_CASES = 400
+
+
+def _calibration_samples(est: str) -> int:
+    """The law's min_samples; twice that for a planned law (its pilot comes out of the budget)."""
+    process = lk.masked_process(est)
+    return process.min_samples * (2 if process.needs_plan else 1)
 
 
 def calibration_cases() -> list[CalibrationCase]:
@@ -291,7 +313,7 @@ def calibration_cases() -> list[CalibrationCase]:
     def conditional(est):
         def run():
             mk, x, truth = laws()[1]
-            S = 16 if est == "neyman" else masked_lib.MIN_SAMPLES[est]
+            S = _calibration_samples(est)
             return lk.conditional_nll(mk, x[:, :8], x[:, 8:], jax.random.PRNGKey(20 + S), estimator=est,
                                       num_samples=S), truth
         return run
@@ -302,7 +324,7 @@ def calibration_cases() -> list[CalibrationCase]:
             y_alt = mk.sample_response(np.random.default_rng(5), x[:, :8], 12)
             target = text.response_mask(x, 8)
             truth = mk.cond_log_prob(x, target) - mk.cond_log_prob(np.concatenate([x[:, :8], y_alt], 1), target)
-            S = 16 if est == "neyman" else masked_lib.MIN_SAMPLES[est]
+            S = _calibration_samples(est)
             return lk.log_ratio(mk, x[:, :8], x[:, 8:], y_alt, jax.random.PRNGKey(7), estimator=est,
                                 num_samples=S), truth
         return run
