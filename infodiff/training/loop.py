@@ -27,12 +27,11 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
-import tqdm
 from absl import logging
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from infodiff import parallel, provenance
+from infodiff import parallel, progress, provenance
 from infodiff.training import checkpoint as ckpt
 from infodiff.training import guard as guard_lib
 from infodiff.training import state as state_lib
@@ -455,6 +454,9 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
     meta = {"seed": int(config.seed), "config": ckpt.config_json_dict(config), **task.meta()}
     meta["provenance"] = provenance.collect(data=meta.get("data"))  # what wrote the checkpoints
 
+    # The first line within seconds: what follows (XLA compiles the steps) can take minutes.
+    log(logging.info, "compiling the training and validation steps (XLA; minutes for a large model, "
+        "seconds when the compilation cache holds them)")
     # ---- the divergence guard (guard.py) ----
     check_batch = parallel.global_batch(valid_batches[0][my_rows], batch_sharding, valid_batches[0].shape)
     reference = _reference_loss(task, eval_step, check_batch, init_key, eval_key, mesh)
@@ -525,10 +527,10 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
     window = _Window(start_step)
     prev_metrics = None
     step = start_step
-    # disable=None: a live bar with ETA on a terminal, none when stderr is redirected (the log
-    # lines carry items/s and ETA too).
-    pbar = tqdm.tqdm(total=num_steps, initial=start_step, desc="train", unit="step",
-                     dynamic_ncols=True, mininterval=1.0, smoothing=0.1, disable=None if primary else True)
+    # A live bar with ETA, loss and bits per token on a terminal; none when stderr is redirected
+    # (the log lines carry items/s and ETA too). "compiling" until the first step is dispatched.
+    pbar = progress.bar(num_steps, "train (compiling)", "step", initial=start_step, mininterval=1.0)
+    postfix_at = 0.0  # when the bar's loss was last refreshed
     several = jax.process_count() > 1
 
     def stop_signal(step: int) -> str | None:
@@ -548,8 +550,13 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
                     # ---- step ----
                     batch = parallel.global_batch(task.train_batch(step, my_rows), batch_sharding, batch_shape)
                     state, metrics = train_step(state, batch, state_lib.step_key(train_key, step))
+                    if step == start_step:  # compiled: the rate and ETA count from here
+                        progress.restart_clock(pbar, "train")
                     if prev_metrics is not None:  # keep at most one step in flight
                         jax.block_until_ready(prev_metrics)
+                        if not pbar.disable and time.time() - postfix_at > 1.0:  # the last finished step
+                            pbar.set_postfix(task.progress_postfix(jax.device_get(prev_metrics)), refresh=False)
+                            postfix_at = time.time()
                     prev_metrics = metrics
                     window.add(metrics)
                     step += 1
