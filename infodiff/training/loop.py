@@ -34,6 +34,7 @@ from jax.sharding import PartitionSpec as P
 from infodiff import parallel, progress, provenance
 from infodiff.training import checkpoint as ckpt
 from infodiff.training import guard as guard_lib
+from infodiff.training import sinks as sinks_lib
 from infodiff.training import state as state_lib
 from infodiff.training import workdir as workdir_lib
 from infodiff.training.logs import log
@@ -143,6 +144,7 @@ def _check_train_config(config, stop_at_step) -> tuple[int, int]:
         raise ValueError(f"config.train.max_loss_ratio must be > 1 (x the larger of the uniform model's and the "
                          f"untrained network's loss); got "
                          f"{tr.max_loss_ratio}")
+    sinks_lib.check_available(sinks_lib.parse_log_to(tr.get("log_to", "jsonl")))
     return num_steps, (num_steps if stop_at_step is None else min(num_steps, int(stop_at_step)))
 
 
@@ -331,11 +333,14 @@ def _last_records(path: str, step: int) -> tuple[dict, dict]:
     return out["train"], out["valid"]
 
 
-def _record(path: str, step: int, split: str, metrics: dict, t_start: float, **extra) -> None:
+def _record(path: str, step: int, split: str, metrics: dict, t_start: float, sinks=None, **extra) -> None:
+    """Append a record to metrics.jsonl and mirror its scalars to ``sinks`` (``config.train.log_to``)."""
     if not parallel.is_primary():
         return
     ckpt.append_jsonl(path, {"step": step, "split": split, "metrics": metrics,
                              "wall_time": time.time() - t_start, "time": time.time(), **extra})
+    if sinks is not None:
+        sinks.write(step, split, metrics)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -484,6 +489,8 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
             workdir_lib.atomic_write_text(os.path.join(workdir, "config.json"),
                                           config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
             ckpt.truncate_metrics(metrics_path, start_step)
+        log_to = sinks_lib.parse_log_to(tr.get("log_to", "jsonl"))
+        sinks = sinks_lib.MetricSinks(log_to, workdir, config, start_step) if primary and log_to != ("jsonl",) else None
     except BaseException:
         mngr.close()
         raise
@@ -507,7 +514,7 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
             for k, v in jax.device_get(m).items():
                 sums[k] = sums.get(k, 0.0) + float(v)
         out = {k: v / len(valid_batches) for k, v in sums.items()}
-        _record(metrics_path, step, "valid", out, t_start)
+        _record(metrics_path, step, "valid", out, t_start, sinks)
         log(logging.info, *task.valid_log(step, out))
         guard.check_valid(out["loss"], step)
         return out
@@ -516,7 +523,7 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
         window.check(guard, step)
         avg, eta = window.summarise(task.rate_name, task.items_per_step, step, num_steps)
         log(logging.info, *task.train_log(step, num_steps, avg, eta))
-        _record(metrics_path, step, "train", avg, t_start, **window.extras(step, log_every, num_steps))
+        _record(metrics_path, step, "train", avg, t_start, sinks, **window.extras(step, log_every, num_steps))
         pbar.set_postfix(task.progress_postfix(avg), refresh=False)
         window.reset(step)
         return avg
@@ -595,6 +602,8 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
         ckpt.seal_checkpoints(mngr)
     finally:
         pbar.close()
+        if sinks is not None:
+            sinks.close()
         try:
             mngr.wait_until_finished()
         except Exception as e:  # a failed async save: reported by the error in flight, if any
