@@ -248,19 +248,27 @@ def table(headers, rows, width: int = WIDTH) -> str:
 
 
 def _key_table(rows, width: int = WIDTH) -> list[str]:
-    """report.txt's table of (label, value) rows; a value too long for the table's value column
-    (it would push the line past ``width``) is shown under the table as ``label:`` and the
-    value wrapped to ``width``, its row saying ``(below)``."""
+    """report.txt's table of (label, value) rows, labels right-aligned, values left-aligned and
+    wrapped to the rest of ``width`` (continuation lines under the value, two spaces in). Where
+    the labels leave fewer than 30 columns, a value that does not fit is shown under the table
+    instead (``label:`` and the value wrapped to ``width``), its row saying ``(below)``."""
     label_w = max([len("quantity"), *(len(str(label)) for label, _ in rows)])
     room = width - label_w - 2
-    kept, below = [], []
-    for label, value in rows:
-        if len(str(value)) > room:
-            kept.append((label, "(below)"))
-            below += ["", f"{label}:", *_wrap(str(value), width, "  ")]
+    values = [str(v) for _, v in rows]
+    out = ["quantity".rjust(label_w) + "  value",
+           "-" * label_w + "  " + "-" * max(5, min(room, max([0, *(len(v) for v in values)])))]
+    below = []
+    for (label, _), value in zip(rows, values):
+        if len(value) <= room:
+            pieces = [value]
+        elif room >= 30:
+            pieces = _wrap(value, room)
         else:
-            kept.append((label, value))
-    return [table(["quantity", "value"], kept, width), *below]
+            pieces = ["(below)"]
+            below += ["", f"{label}:", *_wrap(value, width, "  ")]
+        out.append(str(label).rjust(label_w) + "  " + pieces[0])
+        out += [" " * (label_w + 2) + p for p in pieces[1:]]
+    return [*out, *below]
 
 
 def _wrap(line: str, width: int = WIDTH, indent: str = "") -> list[str]:
@@ -1131,8 +1139,8 @@ def format_report(report: dict) -> str:
     """Readable text of a report (what evaluate.py prints, report.txt), from its kind's schema:
     the title, a table of the fields shown as rows, the lines of the others (rows of an oracle
     report, a preview of an input report's rows, notes, warnings), then the names of the fields
-    only report.json holds. Every line fits :data:`WIDTH` (100) columns: a long value is shown
-    under the table (:func:`_key_table`), wide tables are cut into column groups
+    only report.json holds. Every line fits :data:`WIDTH` (100) columns: long values are
+    wrapped in the table (:func:`_key_table`), wide tables are cut into column groups
     (:func:`table`), long lines wrapped."""
     schema = KINDS[report["kind"]]
     rows, lines, only_json = [], [], []
