@@ -24,7 +24,7 @@ from typing import Callable
 
 __all__ = ["define_distributed_flags", "start_distributed", "supervise_if_several", "compilation_cache_dir", "remove_damaged_cache_entries", "heal_unreadable_cache_entries",
            "condense_cache_warnings", "use_compilation_cache", "EXIT_ERROR", "EXIT_INTERRUPTED", "INTERRUPTED", "user_error_types", "one_line", "exit_on_user_error", "run", "config_flag_error",
-           "help_text", "HELP_FLAGS", "CONFIG_DIR", "config_names", "resolve_config", "resolve_config_arg"]
+           "help_text", "HELP_FLAGS", "CONFIG_DIR", "saved_config_arg", "config_names", "resolve_config", "resolve_config_arg"]
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
@@ -727,6 +727,24 @@ def _debug_flag() -> bool:
     sys.argv = [a for a in sys.argv if a != "--debug"]
     os.environ["INFODIFF_TRACEBACK"] = "1"
     return True
+
+
+def saved_config_arg(argv: list[str], only_if_saved: bool = False) -> list[str]:
+    """``argv`` with ``--config=<CONFIG_DIR>/saved_run.py:W`` inserted when it names
+    ``--workdir W`` and no ``--config``: the run's own saved config (``W/config.json``) with the
+    command line's overrides. ``only_if_saved``: only when ``W/config.json`` exists (train.py:
+    a new workdir takes the default config)."""
+    if any(a == "--config" or a.startswith("--config=") for a in argv):
+        return argv
+    workdir = None
+    for i, a in enumerate(argv):
+        if a.startswith("--workdir="):
+            workdir = a.split("=", 1)[1]
+        elif a == "--workdir" and i + 1 < len(argv):
+            workdir = argv[i + 1]
+    if workdir is None or (only_if_saved and not os.path.isfile(os.path.join(workdir, "config.json"))):
+        return argv
+    return argv[:1] + [f"--config={os.path.join(CONFIG_DIR, 'saved_run.py')}:{workdir}"] + argv[1:]
 
 
 def run(main: Callable, default_config: str | None = None, *, doc: str | None = None,

@@ -358,5 +358,10 @@ def test_lm_eval_command_without_the_extra_is_one_line():
     code = "import sys; sys.modules['lm_eval'] = None; from infodiff.commands import lm_eval; sys.exit(lm_eval.run())"
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and p.stderr.strip().splitlines() == [
-        "error: infodiff.harness needs lm-evaluation-harness: pip install -e '.[harness]' "
-        "(or pip install 'lm-eval>=0.4.13')"]
+        f"error: infodiff-lm-eval needs lm-evaluation-harness: pip install -e '{ROOT}[harness]' "
+        "(or pip install 'lm-eval>=0.4.13')"]  # from a checkout; installed: pip install 'infodiff[harness]'
+    # an installed copy (no pyproject.toml beside the package) names the extra of the package
+    code = ("import os, sys; os.path.isfile = lambda p: False; sys.modules['lm_eval'] = None; "
+            "from infodiff.commands import lm_eval; sys.exit(lm_eval.run())")
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and "pip install 'infodiff[harness]'" in p.stderr, p.stderr

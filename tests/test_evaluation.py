@@ -32,7 +32,7 @@ def _check_bound(rep):
     """What the numbers are (``bound``, report.BOUNDS): a trained network's NELBO (a ratio: a
     difference of two), the exact value in every oracle row; named in report.txt; ``units`` are
     units only."""
-    text = report_lib.format_report(rep)
+    text = " ".join(report_lib.format_report(rep).split())  # long values are wrapped to 100 columns
     assert not any(w in rep["units"]["nll"] for w in ("NELBO", "bound")), rep["units"]
     if rep["kind"] == "oracle":
         res = rep["results"]

@@ -23,7 +23,6 @@ stderr and exit status 1. ``--config`` takes a file or the name of a shipped con
 (infodiff/configs/: oracle_markov, ...).
 """
 
-import os
 import sys
 
 from absl import flags, logging
@@ -33,21 +32,6 @@ from infodiff import cli  # imports nothing heavy
 
 
 USAGE = "give --workdir W (a training run) or --config NAME or FILE (e.g. oracle_markov)"
-
-
-def _default_config_from_workdir(argv):
-    """Without --config, evaluate the run's own saved config (infodiff/configs/saved_run.py:WORKDIR)."""
-    if any(a == "--config" or a.startswith("--config=") for a in argv):
-        return argv
-    workdir = None
-    for i, a in enumerate(argv):
-        if a.startswith("--workdir="):
-            workdir = a.split("=", 1)[1]
-        elif a == "--workdir" and i + 1 < len(argv):
-            workdir = argv[i + 1]
-    if workdir is None:
-        return argv
-    return argv[:1] + [f"--config={os.path.join(cli.CONFIG_DIR, 'saved_run.py')}:{workdir}"] + argv[1:]
 
 
 FLAGS = flags.FLAGS
@@ -80,5 +64,5 @@ def main(argv):
 def run() -> None:
     """The ``infodiff-evaluate`` command (and ``python evaluate.py``)."""
     logging.set_verbosity(logging.WARNING)
-    sys.argv = _default_config_from_workdir(sys.argv)
+    sys.argv = cli.saved_config_arg(sys.argv)  # --workdir alone: the run's saved config
     cli.run(main, doc=__doc__, usage=USAGE)

@@ -23,7 +23,9 @@ Checkpoints are verified on resume: a corrupted one is named, moved to ``W/check
 and the newest good one resumed. User errors (a bad value, a config that does not fit, no
 verified checkpoint, a locked, full or read-only workdir) print one line on stderr and exit
 with status 1 (``--debug`` for the traceback). ``--help`` lists the config's keys. ``--config``
-takes a file or the name of a shipped config (infodiff/configs/: masked_text, poisson_digits, ...).
+takes a file or the name of a shipped config (infodiff/configs/: masked_text, poisson_digits, ...);
+without it, an existing run (``W/config.json``) continues with its own saved config (overrides
+apply to it), a new workdir gets configs/masked_text.py.
 """
 
 import json
@@ -38,10 +40,12 @@ from ml_collections import config_flags  # noqa: E402
 from infodiff import cli  # noqa: E402  (imports nothing heavy)
 
 _DEFAULT_CONFIG = os.path.join(cli.CONFIG_DIR, "masked_text.py")
-USAGE = "give --workdir W (the run's directory; --config NAME or FILE, default masked_text)"
+USAGE = ("give --workdir W (the run's directory; --config NAME or FILE, default: W's saved config.json "
+         "if W is a run, else masked_text)")
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Training config file (a get_config() module; default configs/masked_text.py).",
+    "config", None, "Training config file (a get_config() module; default: an existing run's saved config.json, else "
+    "configs/masked_text.py).",
     lock_config=True
 )
 _WORKDIR = flags.DEFINE_string(
@@ -76,4 +80,5 @@ def main(argv):
 
 def run() -> None:
     """The ``infodiff-train`` command (and ``python train.py``)."""
+    sys.argv = cli.saved_config_arg(sys.argv, only_if_saved=True)  # an existing run: its saved config
     cli.run(main, default_config=_DEFAULT_CONFIG, doc=__doc__, usage=USAGE)

@@ -44,5 +44,9 @@ def train(**overrides) -> ml_collections.ConfigDict:
     # Devices as data x fsdp (infodiff/parallel.py): -1 = the rest of the devices of every
     # process. fsdp > 1 splits parameters and optimizer state over that many devices.
     t.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1})
+    # Where the metrics go besides W/metrics.jsonl (always written): 'jsonl' (only there),
+    # 'tensorboard' (W/tensorboard/), 'wandb' (offline, W/wandb/); several comma-separated
+    # (infodiff/training/sinks.py, docs/monitoring.md).
+    t.log_to = "jsonl"
     t.update(overrides)
     return t

@@ -311,7 +311,7 @@ def _evaluate_counts(config, workdir, t0) -> tuple[dict, str]:
     est = lk.nll(den, task.scaling.scale(x), jax.random.fold_in(jax.random.key(int(ev.seed)), 0), process=process,
                  num_samples=int(ev.num_samples), batch_size=int(ev.batch_size), progress=True)
     D = x.shape[1]
-    rows = [{"id": str(i), "value": float(est.mean[i]), "se": float(est.stderr[i]), "samples": int(est.num_samples),
+    rows = [{"id": str(i + 1), "value": float(est.mean[i]), "se": float(est.stderr[i]), "samples": int(est.num_samples),
              "forward_passes": int(est.forward_passes), "dims": D,
              "bits_per_dim": float(est.mean[i] / (D * LN2))} for i in range(len(x))]
     total, total_se = est.total()

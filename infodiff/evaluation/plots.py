@@ -255,8 +255,10 @@ def training_curves_png(path: str, metrics_jsonl_path: str, units: dict | None =
 def input_rows_png(path, rows: list[dict], kind: str, quantity: str, bits: str = "bits per character") -> None:
     """The rows of a scored input file (:mod:`infodiff.evaluation.inputs`; ``path`` a file name
     or a binary file object): for documents and
-    responses a histogram of bits per character and each row's NLL (nats) +- 2 SE against its
+    responses a histogram of bits per character and each row's NELBO (nats) +- 2 SE against its
     length (counts: against the row); for ratios each row's coupled log-ratio +- 2 SE, with the decoupled +- 2 SE beside it."""
+    from matplotlib.ticker import MaxNLocator
+
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     v = np.array([r["value"] for r in rows])
@@ -265,7 +267,7 @@ def input_rows_png(path, rows: list[dict], kind: str, quantity: str, bits: str =
         order = np.argsort(v)
         ok = np.array([r.get("correct", True) for r in rows])[order]
         dec = np.array([r["decided"] for r in rows])[order]
-        i = np.arange(len(rows))
+        i = np.arange(1, len(rows) + 1)
         for sel, color, label in ((ok & dec, "C0", "decided"), (ok & ~dec, "C1", "not decided")):
             axes[0].errorbar(i[sel], v[order][sel], yerr=2 * se[order][sel], fmt="o", ms=3, capsize=2, color=color,
                              label=label + (", correct" if "correct" in rows[0] else ""))
@@ -279,11 +281,13 @@ def input_rows_png(path, rows: list[dict], kind: str, quantity: str, bits: str =
         axes[0].set_ylabel("margin over the runner-up (nats) ± 2 SE")
         axes[0].legend(fontsize=8)
         axes[0].set_title(f"{len(rows)} questions; decided: {np.mean(dec):.0%}")
+        axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))  # questions, 1-based
         fp = np.array([r["forward_passes"] for r in rows])
         axes[1].hist(fp, bins=np.unique(fp).size if np.unique(fp).size < 30 else 30, color="C2", edgecolor="white")
         axes[1].set_xlabel("forward passes per question (all options)")
         axes[1].set_ylabel("questions")
         axes[1].set_title(f"adaptive stopping: mean {fp.mean():.0f} passes")
+        axes[1].xaxis.set_major_locator(MaxNLocator(integer=True))  # passes
     elif kind in ("text", "pairs", "counts"):
         bpc = np.array([r["bits_per_dim" if kind == "counts" else "bits_per_byte" if "bits_per_byte" in r
                           else "bits_per_char"] for r in rows])
@@ -292,20 +296,20 @@ def input_rows_png(path, rows: list[dict], kind: str, quantity: str, bits: str =
         axes[0].set_ylabel("rows")
         axes[0].set_title(f"{quantity}: {len(rows)} rows")
         count = "bytes" if rows and "bytes" in rows[0] else "chars"
-        n = np.arange(len(rows)) if kind == "counts" else np.array([r[count] for r in rows])
+        n = np.arange(1, len(rows) + 1) if kind == "counts" else np.array([r[count] for r in rows])
         axes[1].errorbar(n, v, yerr=2 * se, fmt="o", ms=3, capsize=2, color="C0")
         axes[1].set_xlabel(("bytes" if count == "bytes" else "characters") + " scored" if kind != "counts" else "row")
-        axes[1].set_ylabel("NLL (nats) ± 2 SE")
+        axes[1].set_ylabel("NELBO (nats) ± 2 SE")  # an upper bound on the NLL
         axes[1].set_title("per row")
     else:
-        i = np.arange(len(rows))
+        i = np.arange(1, len(rows) + 1)
         vd = np.array([r["value_decoupled"] for r in rows])
         sd = np.array([r["se_decoupled"] for r in rows])
         axes[0].errorbar(i - 0.15, v, yerr=2 * se, fmt="o", ms=3, capsize=2, color="C0", label="coupled")
         axes[0].errorbar(i + 0.15, vd, yerr=2 * sd, fmt="s", ms=3, capsize=2, color="C1", alpha=0.6,
                          label="decoupled")
         axes[0].axhline(0.0, color="grey", lw=0.8)
-        axes[0].set_xlabel("row")
+        axes[0].set_xlabel("row (1-based)")
         axes[0].set_ylabel("log p(a | prompt) - log p(b | prompt) (nats) ± 2 SE")
         axes[0].legend()
         axes[0].set_title(f"{len(rows)} rows; resolved at 2 SE: {np.mean(np.abs(v) > 2 * se):.0%}")
@@ -314,12 +318,10 @@ def input_rows_png(path, rows: list[dict], kind: str, quantity: str, bits: str =
         axes[1].set_xlabel("SE decoupled / SE coupled")
         axes[1].set_ylabel("rows")
         axes[1].set_title("what the coupling saves")
-    from matplotlib.ticker import MaxNLocator
-
     hist = axes[0] if kind not in ("ratios", "choices") else axes[1]
     hist.yaxis.set_major_locator(MaxNLocator(integer=True))  # row counts
     if kind == "ratios" and len(rows) <= 30:
-        axes[0].set_xticks(np.arange(len(rows)), [str(r["id"]) for r in rows], rotation=90, fontsize=7)
+        axes[0].set_xticks(np.arange(1, len(rows) + 1), [str(r["id"]) for r in rows], rotation=90, fontsize=7)
         axes[0].set_xlabel("row id")
     for ax in axes:
         ax.grid(alpha=0.3)
@@ -331,17 +333,24 @@ def compare_rows_png(path, rows: list[dict]) -> None:
     """The rows of a comparison of two runs (:mod:`infodiff.evaluation.comparison`; ``path`` a
     file name or a binary file object): each row's difference -log p_a - (-log p_b) +- 2 paired
     SE, the unpaired +- 2 SE beside it (nats), and a histogram of unpaired / paired SE per row."""
+    from matplotlib.ticker import MaxNLocator
+
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4), gridspec_kw={"width_ratios": [3, 1]})
-    i = np.arange(len(rows))
+    i = np.arange(1, len(rows) + 1)  # row numbers as in rows.jsonl (1-based)
     d = np.array([r["difference"] for r in rows])
     sp = np.array([r["se_paired"] for r in rows])
     su = np.array([r["se_unpaired"] for r in rows])
     axes[0].errorbar(i + 0.2, d, yerr=2 * su, fmt="none", capsize=0, color="C1", alpha=0.5, label="± 2 SE unpaired")
     axes[0].errorbar(i, d, yerr=2 * sp, fmt="o", ms=3, capsize=2, color="C0", label="± 2 SE paired")
     axes[0].axhline(0.0, color="grey", lw=0.8)
-    axes[0].set_xlabel("row")
+    axes[0].set_xlabel("row (1-based)")
     axes[0].set_ylabel("-log p_a - (-log p_b) (nats)")
+    if len(rows) <= 30:  # the rows' ids
+        axes[0].set_xticks(i, [str(r["id"]) for r in rows], rotation=90, fontsize=7)
+        axes[0].set_xlabel("row id")
+    else:
+        axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[0].set_title(f"{len(rows)} rows; total {d.sum():+.2f} nats")
     axes[0].legend()
     ratio = su / np.where(sp > 0, sp, np.nan)
@@ -350,8 +359,6 @@ def compare_rows_png(path, rows: list[dict]) -> None:
     axes[1].set_xlabel("SE unpaired / SE paired")
     axes[1].set_ylabel("rows")
     axes[1].set_title("what the pairing saves")
-    from matplotlib.ticker import MaxNLocator
-
     axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))  # row counts
     for ax in axes:
         ax.grid(alpha=0.3)
@@ -366,7 +373,7 @@ def intervals_png(path, rows: list[dict], quantity: str, level: float) -> None:
     ``value`` +- 2 ``se`` as a point, nats."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(6.0, min(16.0, 0.35 * len(rows) + 3)), 4))
-    i = np.arange(len(rows))
+    i = np.arange(1, len(rows) + 1)  # 1-based, as the rows
     lo = np.array([r["lower"] for r in rows])
     hi = np.array([r["upper"] for r in rows])
     exact = np.array([bool(r.get("exact")) for r in rows])

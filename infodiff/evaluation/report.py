@@ -219,11 +219,68 @@ def oracle_row(est, truth: np.ndarray) -> dict:
     ).to_dict()
 
 
-def table(headers, rows) -> str:
-    """Right-aligned plain-text table."""
+# report.txt's width: every line fits a 100-column terminal (format_report).
+WIDTH = 100
+
+
+def table(headers, rows, width: int = WIDTH) -> str:
+    """Right-aligned plain-text table, at most ``width`` characters a line: a table wider than
+    that is cut into column groups printed one under another, each led by the first column
+    (the row's name or id)."""
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
-    out = ["  ".join(str(h).rjust(w) for h, w in zip(headers, widths)), "  ".join("-" * w for w in widths)]
-    out += ["  ".join(str(c).rjust(w) for c, w in zip(r, widths)) for r in rows]
+    groups, cur = [], []
+    for i in range(1, len(headers)):
+        if cur and widths[0] + sum(widths[j] + 2 for j in cur + [i]) > width:
+            groups.append(cur)
+            cur = []
+        cur.append(i)
+    groups = [[0] + g for g in groups + [cur]] if len(headers) > 1 else [[0]]
+    blocks = []
+    for cols in groups:
+        out = ["  ".join(str(headers[j]).rjust(widths[j]) for j in cols), "  ".join("-" * widths[j] for j in cols)]
+        out += ["  ".join(str(r[j]).rjust(widths[j]) for j in cols) for r in rows]
+        blocks.append("\n".join(out))
+    return "\n\n".join(blocks)
+
+
+def _key_table(rows, width: int = WIDTH) -> list[str]:
+    """report.txt's table of (label, value) rows, labels right-aligned, values left-aligned and
+    wrapped to the rest of ``width`` (continuation lines under the value, two spaces in). Where
+    the labels leave fewer than 30 columns, a value that does not fit is shown under the table
+    instead (``label:`` and the value wrapped to ``width``), its row saying ``(below)``."""
+    label_w = max([len("quantity"), *(len(str(label)) for label, _ in rows)])
+    room = width - label_w - 2
+    values = [str(v) for _, v in rows]
+    out = ["quantity".rjust(label_w) + "  value",
+           "-" * label_w + "  " + "-" * max(5, min(room, max([0, *(len(v) for v in values)])))]
+    below = []
+    for (label, _), value in zip(rows, values):
+        if len(value) <= room:
+            pieces = [value]
+        elif room >= 30:
+            pieces = _wrap(value, room)
+        else:
+            pieces = ["(below)"]
+            below += ["", f"{label}:", *_wrap(value, width, "  ")]
+        out.append(str(label).rjust(label_w) + "  " + pieces[0])
+        out += [" " * (label_w + 2) + p for p in pieces[1:]]
+    return [*out, *below]
+
+
+def _wrap(line: str, width: int = WIDTH, indent: str = "") -> list[str]:
+    """``line`` (after ``indent``) wrapped to ``width`` columns; continuation lines indented two
+    more spaces; a word longer than a line (a path) is cut."""
+    import textwrap
+
+    return textwrap.wrap(line, width, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_on_hyphens=False, drop_whitespace=True) or [""]
+
+
+def _fit(text: str, width: int = WIDTH) -> str:
+    """Every line of ``text`` at most ``width`` characters (longer ones wrapped, :func:`_wrap`)."""
+    out = []
+    for line in text.split("\n"):
+        out += [line] if len(line) <= width else _wrap(line.lstrip(), width, " " * (len(line) - len(line.lstrip())))
     return "\n".join(out)
 
 
@@ -1078,7 +1135,9 @@ def format_report(report: dict) -> str:
     """Readable text of a report (what evaluate.py prints, report.txt), from its kind's schema:
     the title, a table of the fields shown as rows, the lines of the others (rows of an oracle
     report, a preview of an input report's rows, notes, warnings), then the names of the fields
-    only report.json holds."""
+    only report.json holds. Every line fits :data:`WIDTH` (100) columns: long values are
+    wrapped in the table (:func:`_key_table`), wide tables are cut into column groups
+    (:func:`table`), long lines wrapped."""
     schema = KINDS[report["kind"]]
     rows, lines, only_json = [], [], []
     for f in schema.keys():
@@ -1091,8 +1150,10 @@ def format_report(report: dict) -> str:
             lines += how.render(report)
         elif how is None:
             only_json.append(f.name)
-    out = [schema.TITLE, table(["quantity", "value"], rows), *lines]
-    return "\n".join(out + [f"also in report.json: {', '.join(only_json)}"] if only_json else out)
+    out = [schema.TITLE, *_key_table(rows), *lines]
+    if only_json:
+        out.append(f"also in report.json: {', '.join(only_json)}")
+    return _fit("\n".join(out))
 
 
 def check_report(report: dict, schema=None, where: str = "") -> list[str]:

@@ -183,9 +183,15 @@ class Task:
     def valid_log(self, step: int, out: dict) -> tuple:
         raise NotImplementedError
 
+    @property
+    def metric_label(self) -> str:
+        """The name of ``metric`` in log lines and on the progress bar (text: 'bpb' for bytes)."""
+        return self.metric
+
     def progress_postfix(self, avg: dict) -> dict:
-        """What the tqdm bar shows after the step count."""
-        return {self.metric: f"{avg[self.metric]:.4f}"}
+        """What the tqdm bar shows after the step count: the loss (nats per item) and bits per
+        token / byte / dimension of ``avg`` (a step's or a window's metrics)."""
+        return {"loss": f"{float(avg['loss']):.4g}", self.metric_label: f"{float(avg[self.metric]):.4f}"}
 
     # ---- evaluation (infodiff.evaluation.run) ----
     def check_eval_config(self) -> None:

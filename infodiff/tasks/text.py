@@ -230,16 +230,19 @@ class TextTask(Task):
                 self.seq_len, start_step, end_step, self.objective)
 
     def train_log(self, step, num_steps, avg, eta):
-        return ("step %d/%d: loss %.3f nats/seq, bpc %.4f, grad_norm %.3f, lr %.2e, "
+        return ("step %d/%d: loss %.3f nats/seq, %s %.4f, grad_norm %.3f, lr %.2e, "
                 "%.0f tokens/s, %.2f steps/s, ETA %.0fs",
-                step, num_steps, avg["loss"], avg["bpc"], avg["grad_norm"], avg["lr"],
+                step, num_steps, avg["loss"], self.metric_label, avg["bpc"], avg["grad_norm"], avg["lr"],
                 avg["tokens_per_s"], avg["steps_per_s"], eta)
 
     def valid_log(self, step, out):
-        return "step %d valid (EMA): loss %.4f nats/seq, bpc %.4f", step, out["loss"], out["bpc"]
+        return "step %d valid (EMA): loss %.4f nats/seq, %s %.4f", step, out["loss"], self.metric_label, out["bpc"]
 
-    def progress_postfix(self, avg):
-        return {"bpc": f"{avg['bpc']:.3f}"}
+    @property
+    def metric_label(self) -> str:
+        """'bpb' (bits per byte) for a byte-level run, else 'bpc': what the log lines call ``metric``
+        (metrics.jsonl keeps the key 'bpc', bits per token, for every text run)."""
+        return "bpb" if is_bytes(self.config) else "bpc"
 
     @property
     def units(self):

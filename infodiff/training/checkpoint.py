@@ -107,6 +107,7 @@ RESUMABLE_KEYS = (
     "train.eval_batches",
     "train.ckpt_every",
     "train.keep_checkpoints",
+    "train.log_to",
     "train.mesh.data",   # the device layout: a run saved on one layout resumes on another
     "train.mesh.fsdp",
     "model.attention",   # einsum or jax.nn.dot_product_attention: the same function

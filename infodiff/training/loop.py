@@ -27,14 +27,14 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
-import tqdm
 from absl import logging
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from infodiff import parallel, provenance
+from infodiff import parallel, progress, provenance
 from infodiff.training import checkpoint as ckpt
 from infodiff.training import guard as guard_lib
+from infodiff.training import sinks as sinks_lib
 from infodiff.training import state as state_lib
 from infodiff.training import workdir as workdir_lib
 from infodiff.training.logs import log
@@ -144,6 +144,7 @@ def _check_train_config(config, stop_at_step) -> tuple[int, int]:
         raise ValueError(f"config.train.max_loss_ratio must be > 1 (x the larger of the uniform model's and the "
                          f"untrained network's loss); got "
                          f"{tr.max_loss_ratio}")
+    sinks_lib.check_available(sinks_lib.parse_log_to(tr.get("log_to", "jsonl")))
     return num_steps, (num_steps if stop_at_step is None else min(num_steps, int(stop_at_step)))
 
 
@@ -332,11 +333,14 @@ def _last_records(path: str, step: int) -> tuple[dict, dict]:
     return out["train"], out["valid"]
 
 
-def _record(path: str, step: int, split: str, metrics: dict, t_start: float, **extra) -> None:
+def _record(path: str, step: int, split: str, metrics: dict, t_start: float, sinks=None, **extra) -> None:
+    """Append a record to metrics.jsonl and mirror its scalars to ``sinks`` (``config.train.log_to``)."""
     if not parallel.is_primary():
         return
     ckpt.append_jsonl(path, {"step": step, "split": split, "metrics": metrics,
                              "wall_time": time.time() - t_start, "time": time.time(), **extra})
+    if sinks is not None:
+        sinks.write(step, split, metrics)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -455,6 +459,9 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
     meta = {"seed": int(config.seed), "config": ckpt.config_json_dict(config), **task.meta()}
     meta["provenance"] = provenance.collect(data=meta.get("data"))  # what wrote the checkpoints
 
+    # The first line within seconds: what follows (XLA compiles the steps) can take minutes.
+    log(logging.info, "compiling the training and validation steps (XLA; minutes for a large model, "
+        "seconds when the compilation cache holds them)")
     # ---- the divergence guard (guard.py) ----
     check_batch = parallel.global_batch(valid_batches[0][my_rows], batch_sharding, valid_batches[0].shape)
     reference = _reference_loss(task, eval_step, check_batch, init_key, eval_key, mesh)
@@ -482,6 +489,8 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
             workdir_lib.atomic_write_text(os.path.join(workdir, "config.json"),
                                           config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
             ckpt.truncate_metrics(metrics_path, start_step)
+        log_to = sinks_lib.parse_log_to(tr.get("log_to", "jsonl"))
+        sinks = sinks_lib.MetricSinks(log_to, workdir, config, start_step) if primary and log_to != ("jsonl",) else None
     except BaseException:
         mngr.close()
         raise
@@ -505,7 +514,7 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
             for k, v in jax.device_get(m).items():
                 sums[k] = sums.get(k, 0.0) + float(v)
         out = {k: v / len(valid_batches) for k, v in sums.items()}
-        _record(metrics_path, step, "valid", out, t_start)
+        _record(metrics_path, step, "valid", out, t_start, sinks)
         log(logging.info, *task.valid_log(step, out))
         guard.check_valid(out["loss"], step)
         return out
@@ -514,7 +523,7 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
         window.check(guard, step)
         avg, eta = window.summarise(task.rate_name, task.items_per_step, step, num_steps)
         log(logging.info, *task.train_log(step, num_steps, avg, eta))
-        _record(metrics_path, step, "train", avg, t_start, **window.extras(step, log_every, num_steps))
+        _record(metrics_path, step, "train", avg, t_start, sinks, **window.extras(step, log_every, num_steps))
         pbar.set_postfix(task.progress_postfix(avg), refresh=False)
         window.reset(step)
         return avg
@@ -525,10 +534,10 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
     window = _Window(start_step)
     prev_metrics = None
     step = start_step
-    # disable=None: a live bar with ETA on a terminal, none when stderr is redirected (the log
-    # lines carry items/s and ETA too).
-    pbar = tqdm.tqdm(total=num_steps, initial=start_step, desc="train", unit="step",
-                     dynamic_ncols=True, mininterval=1.0, smoothing=0.1, disable=None if primary else True)
+    # A live bar with ETA, loss and bits per token on a terminal; none when stderr is redirected
+    # (the log lines carry items/s and ETA too). "compiling" until the first step is dispatched.
+    pbar = progress.bar(num_steps, "train (compiling)", "step", initial=start_step, mininterval=1.0)
+    postfix_at = 0.0  # when the bar's loss was last refreshed
     several = jax.process_count() > 1
 
     def stop_signal(step: int) -> str | None:
@@ -548,8 +557,13 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
                     # ---- step ----
                     batch = parallel.global_batch(task.train_batch(step, my_rows), batch_sharding, batch_shape)
                     state, metrics = train_step(state, batch, state_lib.step_key(train_key, step))
+                    if step == start_step:  # compiled: the rate and ETA count from here
+                        progress.restart_clock(pbar, "train")
                     if prev_metrics is not None:  # keep at most one step in flight
                         jax.block_until_ready(prev_metrics)
+                        if not pbar.disable and time.time() - postfix_at > 1.0:  # the last finished step
+                            pbar.set_postfix(task.progress_postfix(jax.device_get(prev_metrics)), refresh=False)
+                            postfix_at = time.time()
                     prev_metrics = metrics
                     window.add(metrics)
                     step += 1
@@ -588,6 +602,8 @@ def _train_locked(task, workdir, ckpt_dir, t_start, num_steps, end_step, mesh, v
         ckpt.seal_checkpoints(mngr)
     finally:
         pbar.close()
+        if sinks is not None:
+            sinks.close()
         try:
             mngr.wait_until_finished()
         except Exception as e:  # a failed async save: reported by the error in flight, if any
