@@ -291,8 +291,37 @@ class Run:
             nelbo = self._nll_windows(win, len(y), seed, None, progress)
         return self._interval_windows(win, len(y), nelbo, seed, orders, level, proposal, progress)
 
+    def exact_nll(self, texts, *, progress: bool = False) -> lk.Estimate:
+        """The network's own -log p(document) per text, exactly (nats; the sum over its windows of
+        L characters): a block-diffusion run with a time-free network, every block by the subset
+        recursion (:func:`infodiff.processes.block.exact_block_nll`). An Estimate per row with SE
+        0 and ``info['bound'] == 'exact'`` (``info['best_order_nll']``: the best single order
+        within each block, summed). Raises ValueError (one line) for a run that is not block
+        diffusion, a time-conditioned network or blocks over ``eval.exact_max_block_size``."""
+        if not self.task.exact_likelihood:
+            self.task.exact_nll(None, None)  # the one-line refusal
+        ids, self.last_changed = encode_rows(texts, "texts", self.tokenizer, nonempty=False)
+        check_nonempty(ids, "texts", self.tokenizer)
+        win = document_windows(ids, self.seq_len)
+        ex = self.task.exact_nll(self.denoiser, win.x_WxL, target_BxL=win.target_WxL, pad_BxL=win.pad_WxL,
+                                 progress=progress)
+        n = len(ids)
+        nll, best = np.zeros(n), np.zeros(n)
+        np.add.at(nll, win.row_W, ex["nll"])
+        np.add.at(best, win.row_W, ex["best_order_nll"])
+        passes = np.zeros(n, np.int64)
+        np.add.at(passes, win.row_W, ex["forward_passes"])
+        est = lk.Estimate("exact block likelihood", np.zeros((n, 0)), forward_passes=int(passes.max()),
+                          exact={"diffusion": nll})
+        est.info.update(bound="exact", best_order_nll=best, forward_passes_per_row=passes,
+                        windows_per_row=np.bincount(win.row_W, minlength=n))
+        return est
+
     def _check_interval(self, orders_, level, proposal):
         """ValueError, before any work: a run that is not masked diffusion, or bad settings."""
+        if self.task.exact_likelihood:  # block diffusion: its own likelihood is per block
+            raise ValueError("a block-diffusion run's likelihood is per block: use exact_nll (time-free networks) "
+                             "or evaluate.py's per-block interval; the whole-sequence interval does not apply")
         if self.task.order_model(self.denoiser.params) is None:  # masked runs (MaskedTask, infodiff.external)
             raise ValueError(f"an NLL interval needs a masked-diffusion run; this run's process is "
                              f"{self.task.name!r}: SEDD networks do not define the any-order conditionals used here")

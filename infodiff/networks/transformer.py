@@ -78,6 +78,7 @@ __all__ = [
     "flops_per_token",
     "ATTENTIONS",
     "DTYPES",
+    "block_causal_mask",
 ]
 
 # Transformer.attention: the einsum path (the reference, query-blocked for large scores) or
@@ -328,10 +329,12 @@ softmax.defvjp(_softmax_fwd, _softmax_bwd)
 
 
 def _attend_dense(q_BxHxQxK: jax.Array, k_BxHxLxK: jax.Array, v_BxHxLxK: jax.Array,
-                  dtype: Any, token_major_out: bool = False) -> jax.Array:
+                  dtype: Any, token_major_out: bool = False, allowed_QxL: Any = None) -> jax.Array:
     K = q_BxHxQxK.shape[-1]
     scores_BxHxQxL = jnp.einsum("bhqk,bhsk->bhqs", q_BxHxQxK, k_BxHxLxK,
                                 preferred_element_type=jnp.float32) / math.sqrt(K)
+    if allowed_QxL is not None:  # block-causal attention: a key a query may not see gets weight 0
+        scores_BxHxQxL = jnp.where(allowed_QxL, scores_BxHxQxL, _MASKED_SCORE)
     attn_BxHxQxL = softmax(scores_BxHxQxL)
     # The product head-major, then one transpose: XLA:CPU ran "bhqs,bhsk->bqhk" as a dot with
     # a [B, H, K, Q] output and a copy, about 1.3x slower (forward, B 8, L 256;
@@ -352,29 +355,61 @@ ATTENTION_BLOCK_MIN_BYTES = 64 << 20
 
 
 def _attend(q_BxHxLxK: jax.Array, k_BxHxLxK: jax.Array, v_BxHxLxK: jax.Array,
-            dtype: Any, query_block: int | None = None, token_major_out: bool = False) -> jax.Array:
+            dtype: Any, query_block: int | None = None, token_major_out: bool = False,
+            allowed_LxL: np.ndarray | None = None) -> jax.Array:
     """softmax(q k^T / sqrt(K)) v from head-major q, k, v; scores and softmax in float32.
     Returns ``[B, H, L, K]``, or ``[B, L, H, K]`` with ``token_major_out`` (the layout the
     out-projection reads). Large attention (scores of at least ATTENTION_BLOCK_MIN_BYTES, L a
-    multiple of ``query_block`` and longer) runs by query blocks, rematerialised."""
+    multiple of ``query_block`` and longer) runs by query blocks, rematerialised.
+    ``allowed_LxL`` (bool, query x key; None: every key): the keys each query attends to."""
     B, H, L, K = q_BxHxLxK.shape
     query_block = ATTENTION_QUERY_BLOCK if query_block is None else query_block
     if (not query_block or L <= query_block or L % query_block
             or 4 * B * H * L * L < ATTENTION_BLOCK_MIN_BYTES):
-        return _attend_dense(q_BxHxLxK, k_BxHxLxK, v_BxHxLxK, dtype, token_major_out)
+        return _attend_dense(q_BxHxLxK, k_BxHxLxK, v_BxHxLxK, dtype, token_major_out, allowed_LxL)
     n = L // query_block
     q_NxBxHxCxK = jnp.moveaxis(q_BxHxLxK.reshape(B, H, n, query_block, K), 2, 0)
-    block = jax.checkpoint(lambda q: _attend_dense(q, k_BxHxLxK, v_BxHxLxK, dtype))
-    o_NxBxHxCxK = jax.lax.map(block, q_NxBxHxCxK)
+    if allowed_LxL is None:
+        block = jax.checkpoint(lambda q: _attend_dense(q, k_BxHxLxK, v_BxHxLxK, dtype))
+        o_NxBxHxCxK = jax.lax.map(block, q_NxBxHxCxK)
+    else:
+        allowed_NxCxL = jnp.asarray(allowed_LxL).reshape(n, query_block, L)
+        block = jax.checkpoint(lambda qa: _attend_dense(qa[0], k_BxHxLxK, v_BxHxLxK, dtype, allowed_QxL=qa[1]))
+        o_NxBxHxCxK = jax.lax.map(block, (q_NxBxHxCxK, allowed_NxCxL))
     o_BxHxLxK = jnp.moveaxis(o_NxBxHxCxK, 0, 2).reshape(B, H, L, K)
     return jnp.swapaxes(o_BxHxLxK, 1, 2) if token_major_out else o_BxHxLxK
 
 
-def _attend_dot_product(q_BxLxHxK: jax.Array, k_BxLxHxK: jax.Array, v_BxLxHxK: jax.Array) -> jax.Array:
+def _attend_dot_product(q_BxLxHxK: jax.Array, k_BxLxHxK: jax.Array, v_BxLxHxK: jax.Array,
+                        allowed_LxL: np.ndarray | None = None) -> jax.Array:
     """softmax(q k^T / sqrt(K)) v, token-major, by ``jax.nn.dot_product_attention``
     (``implementation=None``: jax chooses; scores and softmax in float32). Same dtype in and
-    out, shape ``[B, L, H, K]``."""
-    return jax.nn.dot_product_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, implementation=None)
+    out, shape ``[B, L, H, K]``. ``allowed_LxL``: as :func:`_attend`."""
+    mask = None if allowed_LxL is None else jnp.asarray(allowed_LxL)[None, None]
+    return jax.nn.dot_product_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask=mask, implementation=None)
+
+
+# A score no query attends to: exp of it minus a row's max is 0 in float32 (every query sees
+# at least its own position, so a row is never all masked).
+_MASKED_SCORE = -1e30
+
+
+def block_causal_mask(seq_len: int, block_size: int, two_copy: bool = False) -> np.ndarray:
+    """Block diffusion's attention mask (BD3-LM, Arriola et al., arXiv 2503.09573, §3.2), bool
+    query x key. One copy (``[L, L]``): position i in block b = i // block_size sees the keys
+    of blocks <= b (the clean prefix and its own block; later blocks unseen). Two copies
+    (``[2L, 2L]``, the noisy sequence then the clean one, BD3-LM's vectorised training
+    layout): a noisy query of block b sees the noisy keys of block b and the clean keys of
+    blocks < b; a clean query of block b sees the clean keys of blocks <= b; no clean query
+    sees a noisy key. So the noisy copy's output at block b equals the one-copy output for
+    the input (clean blocks < b, the noisy block b, anything after)."""
+    blk = np.arange(seq_len) // int(block_size)
+    same, before, upto = (blk[None, :] == blk[:, None], blk[None, :] < blk[:, None],
+                          blk[None, :] <= blk[:, None])
+    if not two_copy:
+        return upto
+    none = np.zeros_like(same)
+    return np.block([[same, before], [none, upto]])
 
 
 class _Block(nn.Module):
@@ -388,7 +423,8 @@ class _Block(nn.Module):
 
     @nn.compact
     def __call__(self, x_BxLxD: jax.Array, c_BxC: Optional[jax.Array],
-                 train: bool) -> jax.Array:
+                 train: bool, allowed_LxL: np.ndarray | None = None,
+                 pos_L: np.ndarray | None = None) -> jax.Array:
         B, L, D = x_BxLxD.shape
         H = self.num_heads
         K = D // H
@@ -399,17 +435,19 @@ class _Block(nn.Module):
         N = B * L
         h_NxD = _Norm(name="norm_attn")(x_BxLxD, c_BxC).reshape(N, D)
         qkv_BxLx3xHxK = _Dense(3 * D, dtype=self.dtype, use_bias=False, name="qkv")(h_NxD).reshape(B, L, 3, H, K)
-        pos_L = np.arange(L)  # numpy: RoPE's tables are trace-time constants
+        if pos_L is None:
+            pos_L = np.arange(L)  # numpy: RoPE's tables are trace-time constants
         if self.attention == "dot_product":
             q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = (qkv_BxLx3xHxK[:, :, i] for i in range(3))
             q_BxLxHxK = apply_rope(q_BxLxHxK, pos_L, seq_axis=-3)
             k_BxLxHxK = apply_rope(k_BxLxHxK, pos_L, seq_axis=-3)
-            o_BxLxHxK = _attend_dot_product(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK)
+            o_BxLxHxK = _attend_dot_product(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, allowed_LxL)
         else:
             q_BxHxLxK, k_BxHxLxK, v_BxHxLxK = jnp.transpose(qkv_BxLx3xHxK, (2, 0, 3, 1, 4))
             q_BxHxLxK = apply_rope(q_BxHxLxK, pos_L, seq_axis=-2)
             k_BxHxLxK = apply_rope(k_BxHxLxK, pos_L, seq_axis=-2)
-            o_BxLxHxK = _attend(q_BxHxLxK, k_BxHxLxK, v_BxHxLxK, self.dtype, token_major_out=True)
+            o_BxLxHxK = _attend(q_BxHxLxK, k_BxHxLxK, v_BxHxLxK, self.dtype, token_major_out=True,
+                                allowed_LxL=allowed_LxL)
         o_BxLxD = _Dense(D, dtype=self.dtype, use_bias=False, name="attn_out")(
             o_BxLxHxK.reshape(N, D)).reshape(B, L, D)
         if self.dropout > 0.0:
@@ -465,6 +503,10 @@ class Transformer(nn.Module):
       output: ``'log_softmax'`` (default: normalised log-probabilities, the mean /
         x0-prediction) or ``'logits'`` (the raw float32 head output, e.g. SEDD's direct
         log-score parameterisation, :mod:`infodiff.processes.score_entropy`).
+      block_size: 0 (default): bidirectional attention. ``L' > 0``: block diffusion's
+        block-causal attention (:func:`block_causal_mask`): position i sees only the blocks
+        up to its own, so the output at block b reads the (clean) blocks before it and the
+        (noised) block b and never the later blocks (:mod:`infodiff.processes.block`).
 
     Raises:
       ValueError: at construction, ``attention`` not in :data:`ATTENTIONS` or ``dtype`` not
@@ -482,6 +524,7 @@ class Transformer(nn.Module):
     dtype: Any = jnp.float32
     output: str = "log_softmax"
     attention: str = "einsum"
+    block_size: int = 0
 
     def __post_init__(self):
         """Refuses, at construction, an unknown ``attention`` or ``dtype`` (ValueError, one
@@ -498,7 +541,7 @@ class Transformer(nn.Module):
 
     @nn.compact
     def __call__(self, z_BxL: jax.Array, t_B: Optional[jax.Array] = None, *,
-                 train: bool = False) -> jax.Array:
+                 train: bool = False, x0_BxL: Optional[jax.Array] = None) -> jax.Array:
         """Computes log-probabilities of the clean tokens.
 
         Args:
@@ -509,6 +552,11 @@ class Transformer(nn.Module):
             comes from its own time; the same parameters). Required iff
             ``time_conditioning``; otherwise ignored (may be None).
           train: enables dropout (needs ``rngs={'dropout': key}``).
+          x0_BxL: with ``block_size`` > 0 only: the clean sequence, for BD3-LM's two-copy
+            layout (the input is ``[z, x0]``, 2L tokens, both at positions 0..L-1, with the
+            two-copy mask of :func:`block_causal_mask`): the output at block b of ``z`` is then
+            the one-copy output for (x0's blocks < b, z's block b), every block in one pass.
+            Only the ``z`` copy's ``L`` outputs are returned. ``t_B`` must then be ``[B]`` or None.
 
         Returns:
           ``logprobs_BxLxV``: float32, shape ``[B, L, V]``, a ``log_softmax``
@@ -553,12 +601,22 @@ class Transformer(nn.Module):
             c_BxD = nn.silu(c_BxD)
             c_BxD = nn.Dense(D, dtype=jnp.float32, name="time_mlp_out")(c_BxD)
 
+        L = z_BxL.shape[1]
+        allowed, pos = None, None
+        if x0_BxL is not None:
+            if not self.block_size or x0_BxL.shape != z_BxL.shape or (c_BxD is not None and c_BxD.ndim != 2):
+                raise ValueError("x0_BxL (the two-copy layout) needs block_size > 0, the shape of z_BxL "
+                                 f"{tuple(z_BxL.shape)} and t_B of shape ({B},); got {tuple(x0_BxL.shape)}")
+            z_BxL = jnp.concatenate([z_BxL, x0_BxL.astype(z_BxL.dtype)], axis=1)
+            allowed, pos = block_causal_mask(L, self.block_size, two_copy=True), np.tile(np.arange(L), 2)
+        elif self.block_size:
+            allowed = block_causal_mask(L, self.block_size)
         x_BxLxD = nn.Embed(self.vocab_size + 1, D, dtype=jnp.float32, name="embed")(z_BxL)
         for i in range(self.num_layers):
             x_BxLxD = _Block(num_heads=self.num_heads, mlp_ratio=self.mlp_ratio,
                              dropout=self.dropout, dtype=self.dtype, attention=self.attention,
-                             name=f"block_{i}")(x_BxLxD, c_BxD, train)
-        L = z_BxL.shape[1]
+                             name=f"block_{i}")(x_BxLxD, c_BxD, train, allowed, pos)
+        x_BxLxD = x_BxLxD[:, :L]
         h_NxD = _Norm(name="norm_final")(x_BxLxD, c_BxD).reshape(B * L, D)
         logits_BxLxV = _Dense(self.vocab_size, dtype=self.dtype, zero_init=True,
                               name="head")(h_NxD).reshape(B, L, self.vocab_size)

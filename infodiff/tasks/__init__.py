@@ -99,6 +99,9 @@ class Task:
       order_settings(): the any-order likelihood settings of ``config.eval`` (None: none).
       order_model(params): what :func:`infodiff.orders.nll_interval` needs (None: the process
         has no any-order conditionals).
+      exact_likelihood: True where ``exact_nll`` gives the network's own likelihood exactly
+        (block diffusion, per block by the subset recursion); such a process's likelihood is
+        per block, so the whole-sequence interval does not apply.
     """
 
     name: str
@@ -110,6 +113,7 @@ class Task:
     tokenizer: Any = None
     schedule_obj: Any = None
     scaling: Any = None
+    exact_likelihood: bool = False
 
     def __init__(self, config: ml_collections.ConfigDict, data: Any = None):
         self.config = config
@@ -268,6 +272,12 @@ class Task:
         """``{'denoiser', 'time_conditioned', 'schedule'}`` for :func:`infodiff.orders.nll_interval`
         with ``params``; None for a process without any-order conditionals (not masked)."""
         return None
+
+    def exact_nll(self, denoiser, x_BxL, *, target_BxL=None, pad_BxL=None, progress=False) -> dict:
+        """The network's own -log p per row exactly (``{'nll', 'best_order_nll', 'forward_passes'}``)
+        where ``exact_likelihood``; ValueError (one line) otherwise."""
+        raise ValueError(f"an exact likelihood needs a block-diffusion run (configs/block_text.py); this run's "
+                         f"process is {self.name!r}: use nll_interval for the interval instead")
 
 
 @dataclasses.dataclass(frozen=True)
