@@ -91,7 +91,8 @@ class UniformStateTask(text.TextTask):
     def process_info(self, process):
         p = self.config.process
         return {"name": self.name, "schedule": p.schedule, "eps": p.get("eps", None), "estimator": process.estimator,
-                "lam_max": process.lam_max, "parametrisation": "mean (x_theta)"}
+                "lam_max": process.lam_max, "parametrisation": "mean (x_theta)",
+                "recon": "the truncation term at lam = 0: exactly 0 (alpha_0 = 1)"}
 
 
 def oracle_case(config, name: str = "uniform_state") -> OracleCase:
