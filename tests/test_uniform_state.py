@@ -203,3 +203,17 @@ def test_train_and_evaluate_cli_report_the_nelbo_in_nats_and_bits(tmp_path):
     np.testing.assert_allclose(rep["bits"], rep["nll"] / (16 * np.log(2)), rtol=1e-9)
     t = rep["terms"]
     assert t["prior"] > 0 and t["recon"] == 0 and abs(t["diffusion"] + t["prior"] - t["total"]) < 1e-9
+
+
+def test_every_protocol_member_is_declared(monkeypatch):
+    """tests/test_protocol.py's member checks on this process's estimation and training laws."""
+    from infodiff import schedules
+    from tests import test_protocol as tp
+
+    procs = {f"uniform_state/{law}": us.UniformStateProcess(vocab_size=4, noise_law=law, lam_max=0.9,
+                                                            schedule=schedules.LogLinearSchedule())
+             for law in us.NOISE_LAWS}
+    monkeypatch.setattr(tp, "PROCESSES", procs)
+    for label in procs:
+        tp.test_every_process_exposes_every_member(label)
+    tp.test_a_dataclass_field_does_not_inherit_a_protocol_default()
