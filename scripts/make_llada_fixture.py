@@ -69,23 +69,26 @@ MASK_RATES = (1.0, 0.0, 0.5, 0.85)  # one row per rate: all masked ... none mask
 SEQ_LEN = 16
 
 
-def import_official(directory: pathlib.Path):
-    """``modeling_llada`` imported from ``directory`` as a package (it imports its config relatively)."""
-    pkg = types.ModuleType("llada_official")
+def import_official(directory: pathlib.Path, package: str = "llada_official", module: str = "modeling_llada"):
+    """``module`` imported from ``directory`` as ``package`` (it imports its config relatively)."""
+    pkg = types.ModuleType(package)
     pkg.__path__ = [str(directory)]
-    sys.modules["llada_official"] = pkg
-    return importlib.import_module("llada_official.modeling_llada")
+    sys.modules[package] = pkg
+    return importlib.import_module(f"{package}.{module}")
 
 
-def random_state(model, emb_std: float, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+def random_state(model, emb_std: float, rng: np.random.Generator, embedding: str = "wte.weight"
+                 ) -> dict[str, torch.Tensor]:
     """Random BF16 weights for every tensor of ``model``'s state dict: norm weights around 1,
-    embeddings N(0, emb_std^2), linear weights N(0, 1/fan_in)."""
+    embeddings N(0, emb_std^2), biases N(0, 0.2^2), linear weights N(0, 1/fan_in)."""
     out = {}
     for name, t in model.state_dict().items():
         if name.endswith("norm.weight") or name.endswith("ln_f.weight"):
             a = 1.0 + 0.3 * rng.standard_normal(t.shape)
-        elif name.endswith("wte.weight"):
+        elif name.endswith(embedding):
             a = emb_std * rng.standard_normal(t.shape)
+        elif name.endswith(".bias"):
+            a = 0.2 * rng.standard_normal(t.shape)
         else:
             a = rng.standard_normal(t.shape) / np.sqrt(t.shape[1])
         out[name] = torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)

@@ -106,8 +106,8 @@ def _kv_tiled_attention(q, k, v):
 
 
 def _swap_gate(m):
-    blocks = dict(m.params["blocks"], ff_proj=m.params["blocks"]["up_proj"], up_proj=m.params["blocks"]["ff_proj"])
-    return m._replace(params=dict(m.params, blocks=blocks))
+    layers = dict(m.params["layers"], ff_proj=m.params["layers"]["up_proj"], up_proj=m.params["layers"]["ff_proj"])
+    return m._replace(params=dict(m.params, layers=layers))
 
 
 # (fixture, patched module attribute or None, config changes, params transform)

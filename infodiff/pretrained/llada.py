@@ -44,7 +44,7 @@ from infodiff.pretrained import safetensors_io
 from infodiff.pretrained.base import Loaded, PretrainedError
 
 __all__ = ["KINDS", "detect", "load", "Arch", "parse_config", "expected_shapes", "forward", "rms_norm",
-           "rotary", "attention"]
+           "rotary", "attention", "linear", "gather_params"]
 
 KINDS = ("llada",)
 PREFIX = "model.transformer."
@@ -200,21 +200,30 @@ def _dtype(dtype) -> jnp.dtype:
     return dt
 
 
-def to_params(tensors: dict[str, np.ndarray], arch: Arch, dtype) -> dict[str, Any]:
-    """The checked tensors as this port's pytree, cast to ``dtype``: ``wte`` [E, D], ``ln_f`` [D],
-    ``ff_out`` [E, D] (absent when tied) and ``blocks``: each block tensor stacked over layers
-    [n_layers, ...] (scanned). Consumes ``tensors`` (entries are removed as they are placed)."""
+def gather_params(tensors: dict[str, np.ndarray], top: dict[str, str], per_layer: dict[str, str], n_layers: int,
+                  dtype) -> dict[str, Any]:
+    """A scanned pytree from checked tensors, cast to ``dtype``: ``{key: tensors[name]}`` for
+    ``top`` and ``"layers": {key: stacked [n_layers, ...]}`` for ``per_layer`` (names with
+    ``{i}`` for the layer). Consumes ``tensors`` (entries are removed as they are placed)."""
     dt = _dtype(dtype)
 
     def take(name):
-        return jnp.asarray(tensors.pop(PREFIX + name), dt)
+        return jnp.asarray(tensors.pop(name), dt)
 
-    params = {"wte": take("wte.weight"), "ln_f": take("ln_f.weight")}
-    if not arch.weight_tying:
-        params["ff_out"] = take("ff_out.weight")
-    params["blocks"] = {n: jnp.stack([take(f"blocks.{i}.{n}.weight") for i in range(arch.n_layers)])
-                        for n in BLOCK_TENSORS}
+    params = {k: take(name) for k, name in top.items()}
+    params["layers"] = {k: jnp.stack([take(name.format(i=i)) for i in range(n_layers)]) for k, name in per_layer.items()}
     return params
+
+
+def to_params(tensors: dict[str, np.ndarray], arch: Arch, dtype) -> dict[str, Any]:
+    """The checked tensors as this port's pytree, cast to ``dtype``: ``wte`` [E, D], ``ln_f`` [D],
+    ``ff_out`` [E, D] (absent when tied) and ``layers``: each block tensor stacked over layers
+    [n_layers, ...] (scanned). Consumes ``tensors``."""
+    top = {"wte": f"{PREFIX}wte.weight", "ln_f": f"{PREFIX}ln_f.weight"}
+    if not arch.weight_tying:
+        top["ff_out"] = f"{PREFIX}ff_out.weight"
+    return gather_params(tensors, top, {n: f"{PREFIX}blocks.{{i}}.{n}.weight" for n in BLOCK_TENSORS},
+                         arch.n_layers, dtype)
 
 
 def _precision(dtype):
@@ -289,7 +298,7 @@ def forward(arch: Arch, params, x_BxL, sigma_B=None):
     if arch.input_emb_norm:
         h = h * jnp.asarray(arch.d_model ** 0.5, h.dtype)
     sin, cos = rotary_tables(x.shape[1], arch.head_dim, arch.rope_theta)
-    h, _ = jax.lax.scan(lambda c, p: (block(arch, sin, cos, c, p), None), h, params["blocks"])
+    h, _ = jax.lax.scan(lambda c, p: (block(arch, sin, cos, c, p), None), h, params["layers"])
     h = rms_norm(h, params["ln_f"], arch.rms_norm_eps)
     logits = linear(h, params["wte"] if arch.weight_tying else params["ff_out"])
     if arch.scale_logits:
