@@ -8,7 +8,8 @@ infodiff. Run it in a PyTorch environment with ``transformers`` (torch stays out
     /path/to/torch/python scripts/make_llada_fixture.py --official DIR_WITH_MODELING_LLADA \
         --out tests/fixtures/pretrained
 
-Each fixture directory (``OUT/llada``, ``OUT/llada_variant``) holds ``config.json`` (the published config with tiny sizes),
+Each fixture directory (``OUT/llada``, ``OUT/llada_variant``) holds ``config.json`` (the published
+config with tiny sizes),
 ``model-0000{1,2}-of-00002.safetensors`` + ``model.safetensors.index.json`` (BF16 tensors named
 as in the published checkpoint, ``model.transformer.*``, split over two shards to exercise the
 index) and ``parity.npz``: ``input_ids`` int32 [B, L] (rows from all masked to none masked) and

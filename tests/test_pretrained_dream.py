@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import pathlib
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -113,8 +112,7 @@ def test_conditional_nelbo_runs():
     m = _load()
 
     def logprobs(x_BxL):
-        logits = dream.denoiser_logits(m.apply(m.params, x_BxL, jnp.zeros(x_BxL.shape[0], jnp.float32)))
-        return jax.nn.log_softmax(logits.at[..., m.mask_id].set(-jnp.inf), axis=-1)
+        return dream.logprobs(m.apply(m.params, x_BxL, jnp.zeros(x_BxL.shape[0], jnp.float32)), m.mask_id)
 
     run = infodiff.from_function(logprobs, vocab_size=m.vocab_size, mask_id=m.mask_id, seq_len=16,
                                  encode=lambda s: [ord(c) for c in s], num_samples=8, batch_size=64, seed=0)

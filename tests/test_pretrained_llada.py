@@ -193,8 +193,7 @@ def test_masked_diffusion_nelbo_runs():
     mask = m.mask_id
 
     def logprobs(x_BxL):
-        logits = m.apply(m.params, x_BxL, jnp.zeros(x_BxL.shape[0], jnp.float32))
-        return jax.nn.log_softmax(logits.at[..., mask].set(-jnp.inf), axis=-1)
+        return llada.logprobs(m.apply(m.params, x_BxL, jnp.zeros(x_BxL.shape[0], jnp.float32)), mask)
 
     run = infodiff.from_function(logprobs, vocab_size=m.vocab_size, mask_id=mask, seq_len=16,
                                  encode=lambda s: [ord(c) for c in s], num_samples=8, batch_size=64, seed=0)

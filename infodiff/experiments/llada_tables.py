@@ -53,8 +53,7 @@ def load_denoiser(checkpoint: str, dtype: str):
     m = llada.load(directory, config, "llada", jnp.dtype(dtype))
 
     def logprobs(x_BxL):
-        logits = m.apply(m.params, x_BxL, jnp.zeros(x_BxL.shape[0], jnp.float32))
-        return jax.nn.log_softmax(logits.at[..., m.mask_id].set(-jnp.inf), axis=-1)
+        return llada.logprobs(m.apply(m.params, x_BxL, jnp.zeros(x_BxL.shape[0], jnp.float32)), m.mask_id)
 
     return external.ExternalDenoiser(logprobs, m.vocab_size, m.mask_id, False, True), m
 

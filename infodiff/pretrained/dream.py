@@ -39,7 +39,7 @@ import numpy as np
 from infodiff.pretrained import llada, safetensors_io
 from infodiff.pretrained.base import Loaded, PretrainedError
 
-__all__ = ["KINDS", "detect", "load", "DreamArch", "parse_config", "expected_shapes", "forward", "denoiser_logits"]
+__all__ = ["KINDS", "detect", "load", "DreamArch", "parse_config", "expected_shapes", "forward", "denoiser_logits", "logprobs"]
 
 KINDS = ("dream",)
 # Defaults of DreamConfig in the hub's configuration_dream.py (keys config.json may omit).
@@ -160,6 +160,12 @@ def denoiser_logits(raw_BxLxV):
     return jnp.concatenate([raw_BxLxV[:, :1], raw_BxLxV[:, :-1]], axis=1)
 
 
+def logprobs(raw_BxLxV, mask_id: int):
+    """The masked-diffusion denoiser of Dream's raw logits: aligned (:func:`denoiser_logits`),
+    the mask id's logit at -inf, log-softmax (float32 [B, L, V]); position 0 must stay visible."""
+    return llada.logprobs(denoiser_logits(raw_BxLxV), mask_id)
+
+
 def load(directory: pathlib.Path, config: dict, kind: str, dtype) -> Loaded:
     """The Dream checkpoint in ``directory`` as a :class:`Loaded`: ``apply(params, x_BxL,
     sigma_B)`` -> float32 RAW logits [B, L, vocab_size] (shifted: :func:`denoiser_logits`), params
@@ -179,7 +185,7 @@ def load(directory: pathlib.Path, config: dict, kind: str, dtype) -> Loaded:
     n_params = sum(int(np.prod(s)) for s in expected_shapes(arch).values())
     info = {"architecture": "DreamModel", "source": source, "stored_dtype": stored, "dtype": str(dt),
             "n_params": n_params, "arch": arch._asdict(), "logits_shift": 1,
-            "mask_logit": "raw; position i's logits predict token i + 1 (denoiser_logits aligns them)"}
+            "mask_logit": "raw; position i's logits predict token i + 1 (dream.logprobs aligns them, mask at -inf)"}
     return Loaded(apply=jax.jit(functools.partial(forward, arch)), params=params, kind=kind,
                   vocab_size=arch.vocab_size, mask_id=arch.mask_id, max_seq_len=arch.max_seq_len,
                   output="logits", time_conditioned=False, info=info)

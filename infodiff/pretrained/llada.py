@@ -18,8 +18,8 @@ LLaMA-style transformer with BIDIRECTIONAL attention and no time input:
 - Attention: softmax(q k^T / sqrt(hd)) v over all positions, no mask; ``n_kv_heads < n_heads``
   repeats each key/value head for ``n_heads / n_kv_heads`` consecutive query heads.
 - Output: logits over ``embedding_size`` ids (126464 for the 8B models) including the mask id
-  (126336); the model's raw logit on the mask id is returned as it is. A masked-diffusion
-  denoiser sets it to -inf before the softmax (:mod:`infodiff.external`).
+  (126336); the model's raw logit on the mask id is returned as it is. The masked-diffusion
+  denoiser (:func:`logprobs`) sets it to -inf before the log-softmax (:mod:`infodiff.external`).
 
 Checkpoint layout: ``config.json`` + ``model.safetensors.index.json`` and its shards (BF16), tensor
 names ``model.transformer.{wte, ln_f, ff_out}.weight`` and ``model.transformer.blocks.N.{attn_norm,
@@ -44,7 +44,7 @@ from infodiff.pretrained import safetensors_io
 from infodiff.pretrained.base import Loaded, PretrainedError
 
 __all__ = ["KINDS", "detect", "load", "Arch", "parse_config", "expected_shapes", "forward", "rms_norm",
-           "rotary", "attention", "linear", "gather_params"]
+           "rotary", "attention", "linear", "gather_params", "logprobs"]
 
 KINDS = ("llada",)
 PREFIX = "model.transformer."
@@ -306,6 +306,13 @@ def forward(arch: Arch, params, x_BxL, sigma_B=None):
     return logits.astype(jnp.float32)
 
 
+def logprobs(logits_BxLxV, mask_id: int):
+    """The masked-diffusion denoiser of LLaDA's raw logits: the mask id's logit set to -inf, then
+    log-softmax over the vocabulary (float32 [B, L, V]; the model never predicts the mask)."""
+    logits = jnp.asarray(logits_BxLxV, jnp.float32)
+    return jax.nn.log_softmax(logits.at[..., mask_id].set(-jnp.inf), axis=-1)
+
+
 def load(directory: pathlib.Path, config: dict, kind: str, dtype) -> Loaded:
     """The LLaDA checkpoint in ``directory`` (config.json already read as ``config``) as a
     :class:`Loaded`: ``apply(params, x_BxL, sigma_B)`` -> float32 logits [B, L, embedding_size]
@@ -324,7 +331,7 @@ def load(directory: pathlib.Path, config: dict, kind: str, dtype) -> Loaded:
     n_params = sum(int(np.prod(s)) for s in expected_shapes(arch).values())
     info = {"architecture": "LLaDAModelLM", "source": source, "stored_dtype": stored, "dtype": str(dt),
             "n_params": n_params, "arch": arch._asdict(),
-            "mask_logit": "raw (the model's own logit on mask_id); set it to -inf for a masked-diffusion denoiser"}
+            "mask_logit": "raw (the model's own logit on mask_id); llada.logprobs sets it to -inf (the denoiser)"}
     return Loaded(apply=jax.jit(functools.partial(forward, arch)), params=params, kind=kind,
                   vocab_size=arch.embedding_size, mask_id=arch.mask_id, max_seq_len=arch.max_seq_len,
                   output="logits", time_conditioned=False, info=info)
