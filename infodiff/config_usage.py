@@ -134,6 +134,11 @@ CONDITIONAL: tuple[Conditional, ...] = (
     # the Markov-4 toys (experiments/paper.py): a table file, or a generated chain
     Conditional("toy.temperature", "toy.table is empty (a generated chain)", lambda c: not cr.get(c, "toy.table"),
                 lambda c: cr.get(c, "toy.table") is not None),
+    # the LLaDA tables (experiments/llada_tables.py): rows from text files, or random token ids
+    Conditional("llada.tokenizer", "llada.pairs or llada.triplets is a file",
+                lambda c: bool(cr.get(c, "llada.pairs")) or bool(cr.get(c, "llada.triplets"))),
+    *cr.keys(("llada.prompt_len", "llada.response_len"), "llada.pairs or llada.triplets is empty (random ids)",
+             lambda c: not cr.get(c, "llada.pairs") or not cr.get(c, "llada.triplets")),
     # oracle-mode samplers
     *cr.keys(("eval.num_generate", "eval.sampler_methods"), "eval.sampler_steps is not empty",
              lambda c: len(tuple(cr.get(c, "eval.sampler_steps", ()) or ())) > 0, _ORACLE),

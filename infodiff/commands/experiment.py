@@ -5,6 +5,8 @@
   python run_experiment.py --config configs/exp_markov_cond.py --workdir results/markov_cond
   python run_experiment.py --config configs/exp_ood.py --workdir results/ood --config.ood.model_dir=runs/masked_text
   python run_experiment.py --config configs/exp_variance.py --workdir results/variance
+  python run_experiment.py --config configs/exp_llada_tables.py --workdir results/llada_tables \
+      --config.llada.checkpoint=DIR    # a LLaDA checkpoint (docs/pretrained_llada.md)
 
 Rerunning resumes the experiment's training from its last checkpoint.
 """
@@ -19,7 +21,7 @@ from ml_collections import config_flags  # noqa: E402
 
 from infodiff import cli  # noqa: E402  (imports nothing heavy)
 
-USAGE = "give --config NAME or FILE (exp_dna128, exp_markov_cond, exp_ood, exp_variance) and --workdir W"
+USAGE = "give --config NAME or FILE (exp_dna128, exp_markov_cond, exp_ood, exp_variance, exp_llada_tables) and --workdir W"
 config_flags.DEFINE_config_file("config", None, "Experiment config (configs/exp_*.py).", lock_config=True)
 flags.DEFINE_string("workdir", None, "Output directory (results and the training run).")
 flags.mark_flags_as_required(["config", "workdir"])

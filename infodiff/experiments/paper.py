@@ -575,8 +575,15 @@ def run_variance(config, workdir: str) -> dict:
     return results
 
 
+def run_llada_tables(config, workdir: str) -> dict:
+    """The paper's LLaDA tables on a released checkpoint: :mod:`infodiff.experiments.llada_tables`."""
+    from infodiff.experiments import llada_tables
+
+    return llada_tables.run_llada_tables(config, workdir)
+
+
 EXPERIMENTS = {"dna128": run_dna128, "markov_cond": run_markov_cond, "ood": run_ood,
-               "variance": run_variance}
+               "variance": run_variance, "llada_tables": run_llada_tables}
 
 
 _MINIMUM = {"num_train": 1, "num_valid": 1, "num_pairs": 2, "num_prompts": 2,

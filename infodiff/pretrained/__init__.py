@@ -1,0 +1,1 @@
+"""Released discrete diffusion language models (SEDD, MDLM, LLaDA ...) loaded natively in JAX."""
