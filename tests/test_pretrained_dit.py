@@ -159,19 +159,12 @@ def test_sharded_checkpoint_and_missing_shard(tmp_path):
 
 
 def test_torch_file_without_torch_is_one_line(tmp_path, monkeypatch):
-    import builtins
+    import sys
 
     d = _copy("sedd_absorb", tmp_path)
     (d / "model.safetensors").unlink()
     (d / "checkpoint.pth").write_bytes(b"not read")
-    real_import = builtins.__import__
-
-    def no_torch(name, *args, **kw):
-        if name == "torch":
-            raise ImportError("no torch")
-        return real_import(name, *args, **kw)
-
-    monkeypatch.setattr(builtins, "__import__", no_torch)
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
     with pytest.raises(pretrained.PretrainedError) as e:
         pretrained.load(d)
     _one_line(e, "checkpoint.pth", "pip install torch")
