@@ -171,6 +171,7 @@ class ExternalTask:
     ``process_info``."""
 
     name = "masked"
+    exact_likelihood = False  # Run.exact_nll: block-diffusion runs only (infodiff.tasks.Task)
 
     def __init__(self, denoiser: ExternalDenoiser, seq_len: int, tokenizer: scoring.Tokenizer):
         self.external = denoiser

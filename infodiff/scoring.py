@@ -299,7 +299,8 @@ class Run:
         within each block, summed). Raises ValueError (one line) for a run that is not block
         diffusion, a time-conditioned network or blocks over ``eval.exact_max_block_size``."""
         if not self.task.exact_likelihood:
-            self.task.exact_nll(None, None)  # the one-line refusal
+            raise ValueError(f"an exact likelihood needs a block-diffusion run (configs/block_text.py); this run's "
+                             f"process is {self.task.name!r}: use nll_interval for the interval instead")
         ids, self.last_changed = encode_rows(texts, "texts", self.tokenizer, nonempty=False)
         check_nonempty(ids, "texts", self.tokenizer)
         win = document_windows(ids, self.seq_len)
