@@ -24,7 +24,6 @@ never scored (:func:`infodiff.likelihood.paired_nll`).
 """
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import time
@@ -36,6 +35,7 @@ import numpy as np
 
 from infodiff import external
 from infodiff import likelihood as lk
+from infodiff.evaluation.inputs import json_rows
 from infodiff.experiments import paper
 from infodiff.pretrained import llada, safetensors_io
 
@@ -75,20 +75,15 @@ def read_rows(path: str, keys: tuple[str, ...], n: int, rng, encode, den) -> lis
     that is not an object with those string fields or that tokenises to nothing."""
     rows = []
     with open(os.path.expanduser(path), encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{i} is not JSON ({e.msg})") from None
-            if not isinstance(obj, dict) or not all(isinstance(obj.get(k), str) for k in keys):
-                raise ValueError(f"{path}:{i} must be an object with string fields {', '.join(keys)}")
-            ids = tuple(external.from_model_ids(list(encode(obj[k])), den.model_vocab, den.mask_id, f"{path}:{i} {k}")
-                        for k in keys)
-            if any(len(a) == 0 for a in ids[1:]):
-                raise ValueError(f"{path}:{i}: a response tokenises to no tokens")
-            rows.append(ids)
+        lines = f.read().splitlines()
+    for i, obj in json_rows(path, lines):
+        if not all(isinstance(obj.get(k), str) for k in keys):
+            raise ValueError(f"{path}:{i}: expected string fields {', '.join(keys)}")
+        ids = tuple(external.from_model_ids(list(encode(obj[k])), den.model_vocab, den.mask_id, f"{path}:{i} {k}")
+                    for k in keys)
+        if any(len(a) == 0 for a in ids[1:]):
+            raise ValueError(f"{path}:{i}: a response tokenises to no tokens")
+        rows.append(ids)
     if len(rows) < 2:
         raise ValueError(f"{path} holds {len(rows)} row(s); the variance tables need at least 2")
     pick = rng.permutation(len(rows))[:n]
