@@ -43,7 +43,7 @@ import numpy as np
 from infodiff import schedules
 from infodiff import scoring
 
-__all__ = ["ExternalDenoiser", "ExternalTask", "from_function", "DEFAULT_BATCH_SIZE"]
+__all__ = ["ExternalDenoiser", "ExternalTask", "from_function", "make_tokenizer", "DEFAULT_BATCH_SIZE"]
 
 DEFAULT_BATCH_SIZE = 256  # rows per estimator call, the text configs' eval.batch_size
 TEXT8_SIZE = 27  # the text configs' vocabulary (a-z and space), MASK id 27
@@ -155,11 +155,12 @@ class ExternalTask:
                 "schedule": self.schedule_obj}
 
     def process_info(self, process) -> dict:
-        return {"name": self.name, "schedule": self.schedule_obj.name, "eps": self.schedule_obj.eps,
+        info = {"name": self.name, "schedule": self.schedule_obj.name, "eps": self.schedule_obj.eps,
                 "objective": None, "external": True}
+        return {**info, **getattr(self, "source", {})}  # a released checkpoint: its kind and path
 
 
-def _tokenizer(encode, separator, vocab: int, mask_id: int, name: str = "custom") -> scoring.Tokenizer:
+def make_tokenizer(encode, separator, vocab: int, mask_id: int, name: str = "custom") -> scoring.Tokenizer:
     """The Run's :class:`scoring.Tokenizer` (ids in the library's convention); it also takes a
     text as a sequence of the model's token ids (``from_ids``)."""
     sep = None if separator is None else tuple(int(i) for i in from_model_ids(list(separator), vocab, mask_id,
@@ -297,7 +298,7 @@ def from_function(logprobs_fn: Callable, *, vocab_size: int, mask_id: int, seq_l
         if not isinstance(v, bool) and not (name == "jax_function" and v is None):
             raise TypeError(f"{name} must be True or False{' or None' if name == 'jax_function' else ''}; got {v!r}")
     V = model_vocab - int(mask_id < model_vocab)
-    tokenizer = _tokenizer(encode, separator, model_vocab, mask_id, tokenizer_name)
+    tokenizer = make_tokenizer(encode, separator, model_vocab, mask_id, tokenizer_name)
     if params is not None:
         if jax_function is False:
             raise ValueError("params= needs a function JAX can trace (jax_function=True or None)")
