@@ -2,7 +2,8 @@
 
 ``infodiff.load_run(workdir)`` loads a trained text run to score your own strings
 (:mod:`infodiff.scoring`); ``infodiff.from_function(logprobs_fn, ...)`` scores a masked diffusion
-model defined outside infodiff the same way (:mod:`infodiff.external`); ``infodiff.compare(run_a,
+model defined outside infodiff the same way (:mod:`infodiff.external`); ``infodiff.load_pretrained(dir)``
+a released checkpoint (SEDD, MDLM ...: :mod:`infodiff.pretrained`, docs/pretrained.md); ``infodiff.compare(run_a,
 run_b, texts)`` compares two runs on the same rows with a paired SE (:mod:`infodiff.compare`). All
 are imported on first use, so ``import infodiff`` stays light.
 """
@@ -15,6 +16,10 @@ def __getattr__(name):
         from infodiff import scoring
 
         return getattr(scoring, name)
+    if name == "load_pretrained":
+        from infodiff.pretrained import run
+
+        return run.load_pretrained
     if name == "from_function":
         from infodiff import external
 

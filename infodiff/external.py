@@ -43,7 +43,7 @@ import numpy as np
 from infodiff import schedules
 from infodiff import scoring
 
-__all__ = ["ExternalDenoiser", "ExternalTask", "from_function", "DEFAULT_BATCH_SIZE"]
+__all__ = ["ExternalDenoiser", "ExternalTask", "from_function", "make_tokenizer", "DEFAULT_BATCH_SIZE"]
 
 DEFAULT_BATCH_SIZE = 256  # rows per estimator call, the text configs' eval.batch_size
 TEXT8_SIZE = 27  # the text configs' vocabulary (a-z and space), MASK id 27
@@ -57,7 +57,8 @@ class ExternalDenoiser:
 
     Attributes: ``fn`` (the user's function), ``model_vocab`` (its vocab_size), ``mask_id`` (its
     mask id), ``time_conditioned``, ``jax_function`` (traced, or a host callback), ``params``
-    (None: nothing to pass to jit)."""
+    (None: nothing to pass to jit; else a pytree that ``fn`` takes first, ``fn(params, z[, t])``,
+    passed to jit as an argument: a released network's weights, :mod:`infodiff.pretrained`)."""
 
     fn: Callable
     model_vocab: int
@@ -72,17 +73,17 @@ class ExternalDenoiser:
         return self.model_vocab - int(self.mask_id < self.model_vocab)
 
     def __call__(self, z_BxL, t_B):
-        return self.apply_params(None, z_BxL, t_B)
+        return self.apply_params(self.params, z_BxL, t_B)
 
     def apply_params(self, params, z_BxL, t_B):
         """int32 [B, L] ids in [0, V] (V = MASK), float32 [B] times -> float32 [B, L, V]
         log-probabilities over the V real tokens."""
-        del params
         z = jnp.asarray(z_BxL, jnp.int32)
         t = jnp.asarray(t_B, jnp.float32)
         z_model = to_model_ids(z, self.vocab_size, self.mask_id)
         if self.jax_function:
-            out = self.fn(*((z_model, t) if self.time_conditioned else (z_model,)))
+            lead = () if self.params is None else (params,)
+            out = self.fn(*lead, *((z_model, t) if self.time_conditioned else (z_model,)))
         else:
             shape = jax.ShapeDtypeStruct(z.shape + (self.model_vocab,), jnp.float32)
             args = (z_model, t) if self.time_conditioned else (z_model,)
@@ -154,12 +155,14 @@ class ExternalTask:
                 "schedule": self.schedule_obj}
 
     def process_info(self, process) -> dict:
-        return {"name": self.name, "schedule": self.schedule_obj.name, "eps": self.schedule_obj.eps,
+        info = {"name": self.name, "schedule": self.schedule_obj.name, "eps": self.schedule_obj.eps,
                 "objective": None, "external": True}
+        return {**info, **getattr(self, "source", {})}  # a released checkpoint: its kind and path
 
 
-def _tokenizer(encode, separator, vocab: int, mask_id: int) -> scoring.Tokenizer:
-    """The Run's :class:`scoring.Tokenizer` (ids in the library's convention)."""
+def make_tokenizer(encode, separator, vocab: int, mask_id: int, name: str = "custom") -> scoring.Tokenizer:
+    """The Run's :class:`scoring.Tokenizer` (ids in the library's convention); it also takes a
+    text as a sequence of the model's token ids (``from_ids``)."""
     sep = None if separator is None else tuple(int(i) for i in from_model_ids(list(separator), vocab, mask_id,
                                                                               "separator"))
     if encode is None:
@@ -174,7 +177,10 @@ def _tokenizer(encode, separator, vocab: int, mask_id: int) -> scoring.Tokenizer
     def encode_ids(text: str) -> tuple[np.ndarray, dict]:
         return from_model_ids(list(encode(text)), vocab, mask_id, f"encode({text[:30]!r})"), {}
 
-    return scoring.Tokenizer("custom", "token", encode_ids, separator=sep or (), cleans=False)
+    def from_ids(ids) -> np.ndarray:
+        return from_model_ids(ids, vocab, mask_id, "a token-id sequence")
+
+    return scoring.Tokenizer(name, "token", encode_ids, separator=sep or (), cleans=False, from_ids=from_ids)
 
 
 def _first_line(e: BaseException) -> str:
@@ -245,7 +251,8 @@ def _check_int(value, name: str, low: int) -> int:
 def from_function(logprobs_fn: Callable, *, vocab_size: int, mask_id: int, seq_len: int,
                   encode: Callable[[str], Any] | None = None, separator=None, estimator: str = "k_dce",
                   num_samples: int = scoring.DEFAULT_INPUT_SAMPLES, batch_size: int = DEFAULT_BATCH_SIZE,
-                  seed: int = 0, time_conditioned: bool = False, jax_function: bool | None = None) -> scoring.Run:
+                  seed: int = 0, time_conditioned: bool = False, jax_function: bool | None = None,
+                  params=None, tokenizer_name: str = "custom") -> scoring.Run:
     """A :class:`infodiff.scoring.Run` over a masked diffusion denoiser defined outside infodiff
     (module docstring): every method of a trained run (``nll``, ``conditional_nll``,
     ``log_ratio``, ``nll_interval``, ``conditional_nll_interval``).
@@ -264,6 +271,10 @@ def from_function(logprobs_fn: Callable, *, vocab_size: int, mask_id: int, seq_l
       estimator: one of ``scoring.SCORING_ESTIMATORS``; num_samples per window; batch_size rows
         per estimator call; seed: every method's default seed.
       jax_function: True (trace and jit), False (host callback), None (detect).
+      params: None, or a pytree (a network's weights) that ``logprobs_fn`` takes first,
+        ``logprobs_fn(params, x[, t])``; it is passed to the estimators' jitted programs as an
+        argument, not baked in as constants (needs a function JAX can trace).
+      tokenizer_name: the name of ``encode`` in reports (e.g. a tokenizer.json's path).
     Returns: a Run with ``workdir`` and ``checkpoint_step`` None and ``config.eval`` holding
       ``seed``, ``estimator``, ``input_samples``, ``batch_size``.
     Raises:
@@ -287,7 +298,11 @@ def from_function(logprobs_fn: Callable, *, vocab_size: int, mask_id: int, seq_l
         if not isinstance(v, bool) and not (name == "jax_function" and v is None):
             raise TypeError(f"{name} must be True or False{' or None' if name == 'jax_function' else ''}; got {v!r}")
     V = model_vocab - int(mask_id < model_vocab)
-    tokenizer = _tokenizer(encode, separator, model_vocab, mask_id)
+    tokenizer = make_tokenizer(encode, separator, model_vocab, mask_id, tokenizer_name)
+    if params is not None:
+        if jax_function is False:
+            raise ValueError("params= needs a function JAX can trace (jax_function=True or None)")
+        user_fn, logprobs_fn = logprobs_fn, (lambda *a: user_fn(params, *a))
     z, t = _probe_inputs(V, mask_id, L)
     args = (z, t) if time_conditioned else (z,)
     call = f"logprobs_fn(int32 [2, {L}]{', float32 t [2]' if time_conditioned else ''})"
@@ -305,7 +320,8 @@ def from_function(logprobs_fn: Callable, *, vocab_size: int, mask_id: int, seq_l
     if not isinstance(out, jax.Array) and not isinstance(out, np.ndarray) and hasattr(out, "__array__"):
         out = np.asarray(out)
     check_output(out, 2, L, model_vocab, mask_id)
-    den = ExternalDenoiser(logprobs_fn, model_vocab, mask_id, bool(time_conditioned), bool(jax_function))
+    den = ExternalDenoiser(logprobs_fn if params is None else user_fn, model_vocab, mask_id, bool(time_conditioned),
+                           bool(jax_function), params)
     task = ExternalTask(den, L, tokenizer)
     process = task.scoring_process(str(estimator))
     scoring.warn_few_samples(num_samples, process, "num_samples")

@@ -153,12 +153,25 @@ def _tokens(texts, what: str, tokenizer: Tokenizer = TEXT8) -> tuple[list[np.nda
         raise ValueError(f"{what} is empty: give at least one string")
     ids, changed = [], []
     for i, t in enumerate(texts):
+        if not isinstance(t, str) and tokenizer.from_ids is not None and _is_id_sequence(t):
+            ids.append(np.asarray(tokenizer.from_ids(np.asarray(t)), np.int32))  # the model's token ids
+            changed.append({})
+            continue
         if not isinstance(t, str):
-            raise TypeError(f"{what}[{i}] is {type(t).__name__}, not a str")
+            ids_too = " or a sequence of token ids" if tokenizer.from_ids is not None else ""
+            raise TypeError(f"{what}[{i}] is {type(t).__name__}, not a str{ids_too}")
         x, ch = tokenizer.encode(t)
         ids.append(np.asarray(x, np.int32))
         changed.append(ch)
     return ids, changed
+
+
+def _is_id_sequence(t) -> bool:
+    """A 1-D sequence (list, tuple, array) of integers: a text given as token ids."""
+    if isinstance(t, (bytes, dict)) or not hasattr(t, "__len__"):
+        return False
+    a = np.asarray(t)
+    return a.ndim == 1 and (a.size == 0 or np.issubdtype(a.dtype, np.integer))
 
 
 def encode_rows(texts, what: str, tokenizer: Tokenizer = TEXT8, nonempty: bool = True

@@ -11,6 +11,8 @@
   python evaluate.py --config configs/oracle_poisson.py --config.data.distribution=zipf
   python evaluate.py --config configs/oracle_poisson.py --config.data.path=pmf.json   # {count: probability}
   python evaluate.py --workdir W1 --compare W2 --config.eval.input=docs.txt   # two runs, paired difference
+  python evaluate.py --pretrained DIR --config.eval.input=docs.txt     # a released checkpoint (SEDD, MDLM ...)
+  python evaluate.py --pretrained DIR1 --compare DIR2 --config.eval.input=docs.txt  # two checkpoints (or a run)
 
 Prints the table, then writes report.json (schema in docs/report.md) and report.txt into the
 workdir or config.eval.output_dir (with eval.input W/scores/<file name>-<hash>/ by default, with the
@@ -32,28 +34,35 @@ from ml_collections import config_flags
 from infodiff import cli  # imports nothing heavy
 
 
-USAGE = "give --workdir W (a training run) or --config NAME or FILE (e.g. oracle_markov)"
+USAGE = ("give --workdir W (a training run), --pretrained DIR (a released checkpoint) or --config NAME or FILE "
+         "(e.g. oracle_markov)")
 
 
 def _default_config_from_workdir(argv):
     """Without --config, evaluate the run's own saved config (infodiff/configs/saved_run.py:WORKDIR)."""
     if any(a == "--config" or a.startswith("--config=") for a in argv):
         return argv
-    workdir = None
+    found = {}
     for i, a in enumerate(argv):
-        if a.startswith("--workdir="):
-            workdir = a.split("=", 1)[1]
-        elif a == "--workdir" and i + 1 < len(argv):
-            workdir = argv[i + 1]
-    if workdir is None:
-        return argv
-    return argv[:1] + [f"--config={os.path.join(cli.CONFIG_DIR, 'saved_run.py')}:{workdir}"] + argv[1:]
+        for name in ("workdir", "pretrained"):
+            if a.startswith(f"--{name}="):
+                found[name] = a.split("=", 1)[1]
+            elif a == f"--{name}" and i + 1 < len(argv):
+                found[name] = argv[i + 1]
+    if "workdir" in found:
+        return argv[:1] + [f"--config={os.path.join(cli.CONFIG_DIR, 'saved_run.py')}:{found['workdir']}"] + argv[1:]
+    if "pretrained" in found:  # a released checkpoint: infodiff/pretrained/cli_config.py
+        here = os.path.join(os.path.dirname(cli.CONFIG_DIR), "pretrained", "cli_config.py")
+        return argv[:1] + [f"--config={here}:{found['pretrained']}"] + argv[1:]
+    return argv
 
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config file (default: the run's saved config).",
                                 lock_config=True)
 flags.DEFINE_string("workdir", None, "Training run directory (network mode).")
+flags.DEFINE_string("pretrained", None, "A released checkpoint's directory (config.json + model.safetensors: "
+                    "SEDD, MDLM ...; docs/pretrained.md): score --config.eval.input=FILE with it.")
 flags.mark_flag_as_required("config")  # --workdir alone gives the run's saved config
 cli.define_distributed_flags()
 cli.define_compare_flag()
@@ -66,10 +75,10 @@ def main(argv):
     from infodiff import config_usage, evaluation, parallel, training  # one path for every process and mode
 
     training.quiet_library_logs()
-    config_usage.check_overrides(FLAGS.config, config_usage.override_keys(sys.argv),
-                                 entry="compare" if FLAGS.compare else "evaluate")
+    entry = "compare" if FLAGS.compare else ("pretrained" if FLAGS.pretrained else "evaluate")
+    config_usage.check_overrides(FLAGS.config, config_usage.override_keys(sys.argv), entry=entry)
 
-    report, out_dir = evaluation.evaluate(FLAGS.config, FLAGS.workdir, FLAGS.compare)
+    report, out_dir = evaluation.evaluate(FLAGS.config, FLAGS.workdir, FLAGS.compare, pretrained=FLAGS.pretrained)
     if not parallel.is_primary():
         return  # process 0 prints and writes the report
     print(evaluation.format_report(report))  # printed first: a failed write loses nothing

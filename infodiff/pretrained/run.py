@@ -1,0 +1,182 @@
+"""``infodiff.load_pretrained(path)``: a released checkpoint as the same :class:`~infodiff.scoring.Run`
+that :func:`infodiff.load_run` gives for a trained run, scored with each model's own process.
+
+* Masked models with a mean parametrisation (MDLM; ``output == 'logits'``): the library's masked
+  diffusion through :func:`infodiff.external.from_function` (estimator k-DCE by default). The
+  denoiser sees the masking probability t (linear schedule) and the network its total noise
+  sigma = -log(1 - t): MDLM's log-linear schedule, sigma(t) = -log(1 - (1 - eps) t), is the same
+  masking law re-timed, and the masked NELBO does not depend on the timing (MDLM Sec. 3.2; the
+  integral runs over all masking probabilities in (0, 1], no truncation at eps and no prior term).
+  A time-conditioned network is not defined beyond its schedule's end, masking probability
+  1 - eps: above it, it is given sigma(1) = -log(eps).
+* SEDD (``output == 'log_score'``): I-MDSE (arXiv 2510.24088 Thm 3.2) with the checkpoint's graph,
+  noise levels lam = 1 - exp(-sigma) up to its schedule's end, lam_max = 1 - exp(-sigma(1))
+  (log-linear: 1 - eps), plus the exact prior term at lam_max; the diffusion term integrates from
+  lam = 0 (SEDD's own loss starts at t = eps and leaves out the prior).
+
+``run.apply(x_BxL, sigma_B)`` is the source network's raw output (float32 [B, L, V]) and
+``run.loaded`` the :class:`~infodiff.pretrained.base.Loaded`. Texts are encoded with the
+checkpoint's tokenizer (:mod:`infodiff.pretrained.tokenizer`); every method that takes texts also
+takes sequences of the model's token ids.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import jax.numpy as jnp
+import ml_collections
+
+from infodiff import external, scoring
+from infodiff import pretrained as registry
+from infodiff.pretrained import tokenizer as tok_lib
+from infodiff.pretrained.base import Loaded, PretrainedError
+from infodiff.processes import score_entropy
+
+__all__ = ["load_pretrained", "from_config", "DTYPES", "SeddScoreModel", "SeddPretrainedTask", "lam_max_of", "MDLM_EPS"]
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+MDLM_EPS = 1e-3  # MDLM's log-linear schedule: masking probability (1 - eps) t (noise_schedule.LogLinearNoise)
+
+
+def lam_max_of(noise: dict) -> float:
+    """The noise level lam = 1 - exp(-sigma(1)) at the end of a SEDD schedule (``noise`` of its
+    config: 'loglinear' with eps (default 1e-3, SEDD's LogLinearNoise), or 'geometric' with
+    sigma_max). Raises PretrainedError for another type."""
+    kind = str(noise.get("type", "loglinear"))
+    if kind == "loglinear":
+        return 1.0 - float(noise.get("eps", 1e-3))
+    if kind == "geometric":
+        return -math.expm1(-float(noise["sigma_max"]))
+    raise PretrainedError(f"config.json noise.type={kind!r}: SEDD's schedules are 'loglinear' and 'geometric'")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SeddScoreModel:
+    """A released SEDD network as the library's score model: ``(params, z_BxL, lam_B) -> log-scores
+    [B, L, V]`` over the V real tokens (absorb: the mask column dropped; MASK = V as in the
+    library). The network's time input is sigma = -log(1 - lam). A per-position lam (the uniform
+    graph with a prompt or pads) has no input in the released network: the output is NaN there,
+    which the estimators refuse (FloatingPointError), so such a call never gives a number."""
+
+    loaded: Loaded
+    params: Any
+    graph: str
+    vocab_size: int
+
+    def __call__(self, z_BxL, lam_B):
+        return self.apply_params(self.params, z_BxL, lam_B)
+
+    def apply_params(self, params, z_BxL, lam):
+        lam = jnp.asarray(lam, jnp.float32)
+        if lam.ndim == 2:
+            return jnp.full(z_BxL.shape + (self.vocab_size,), jnp.nan, jnp.float32)
+        out = self.loaded.apply(params, jnp.asarray(z_BxL, jnp.int32), -jnp.log1p(-lam))
+        return out[..., : self.vocab_size]
+
+
+class SeddPretrainedTask:
+    """The task side of a Run over a released SEDD network (as :class:`external.ExternalTask` for
+    masked models): ``name``, ``seq_len``, ``vocab_size``, ``tokenizer``, ``scoring_process``,
+    ``process_info``."""
+
+    name = "sedd"
+
+    def __init__(self, model: SeddScoreModel, seq_len: int, tokenizer: scoring.Tokenizer, lam_max: float):
+        self.model, self.seq_len, self.tokenizer = model, int(seq_len), tokenizer
+        self.vocab_size, self.graph, self.lam_max = model.vocab_size, model.graph, float(lam_max)
+
+    def denoiser(self, params=None) -> SeddScoreModel:
+        return self.model
+
+    def scoring_process(self, estimator: str):
+        if estimator != "imdse":
+            raise ValueError(f"estimator {estimator!r}: a SEDD checkpoint scores text with 'imdse'")
+        return score_entropy.ScoreEntropyProcess(graph=self.graph, vocab_size=self.vocab_size,
+                                                 noise_law=score_entropy.DEFAULT_LAMBDA_SAMPLING[self.graph],
+                                                 lam_max=self.lam_max)
+
+    def process_info(self, process) -> dict:
+        return {"name": self.name, "graph": self.graph, "lambda_sampling": process.noise_law,
+                "lam_max": process.lam_max, "external": True, **getattr(self, "source", {})}
+
+
+def _encode(tok, path):
+    if tok is None:
+        def missing(text):
+            raise PretrainedError(f"no tokenizer.json beside {str(path)!r}: pass tokenizer=PATH, or give texts as "
+                                  "token-id sequences")
+        return missing
+    return lambda text: tok.encode(text, add_special_tokens=False).ids
+
+
+def load_pretrained(path, kind: str | None = None, *, tokenizer=None, estimator: str | None = None,
+                    num_samples: int | None = None, batch_size: int = external.DEFAULT_BATCH_SIZE,
+                    seed: int = 0, dtype=jnp.float32) -> scoring.Run:
+    """A released checkpoint in directory ``path`` as a :class:`~infodiff.scoring.Run` (module docstring).
+
+    Args:
+      path: directory with config.json and the weights (docs/pretrained.md).
+      kind: override the kind detected from config.json (must agree with it).
+      tokenizer: a tokenizer.json or a directory holding one (default: beside the weights; without
+        one, texts must be given as token-id sequences).
+      estimator: masked models: one of ``scoring.SCORING_ESTIMATORS`` (default 'k_dce'); SEDD: 'imdse'.
+      num_samples: Monte Carlo samples per window (default: masked 32, SEDD the I-MDSE estimator's
+        ``min_samples``, 128 absorb / 512 uniform graph, the fewest with a calibrated SE); batch_size: rows per estimator call; seed: the
+        default seed of every method; dtype: weights and compute (float32 or bfloat16).
+    Raises:
+      PretrainedError (a ValueError; one line): wrong directory, unknown kind, tensors that do not
+      match the config, a tokenizer that is not the model's.
+    """
+    loaded = registry.load(path, kind, dtype)
+    real_vocab = loaded.vocab_size - int(0 <= loaded.mask_id < loaded.vocab_size)
+    tok_path = tok_lib.find(path, tokenizer)
+    tok = None if tok_path is None else tok_lib.load(tok_path, real_vocab)
+    name = tok_lib.name_of(tok_path) if tok_path is not None else "token ids"
+    if loaded.output == "logits":
+        t_conditioned = loaded.time_conditioned
+
+        def logprobs(params, x_BxL, t_B=None):
+            if not t_conditioned:
+                return loaded.apply(params, x_BxL, jnp.zeros(x_BxL.shape[:1], jnp.float32))
+            sigma = -jnp.log1p(-jnp.minimum(t_B, 1.0 - MDLM_EPS))  # the schedule's end: sigma(1)
+            return loaded.apply(params, x_BxL, sigma)
+
+        run = external.from_function(logprobs, vocab_size=loaded.vocab_size, mask_id=loaded.mask_id,
+                                     seq_len=loaded.max_seq_len, encode=_encode(tok, path),
+                                     estimator=estimator or "k_dce",
+                                     num_samples=num_samples or scoring.DEFAULT_INPUT_SAMPLES, batch_size=batch_size,
+                                     seed=seed, time_conditioned=t_conditioned, jax_function=True,
+                                     params=loaded.params, tokenizer_name=name)
+    elif loaded.output == "log_score":
+        model = SeddScoreModel(loaded, loaded.params, loaded.info["graph"], real_vocab)
+        # the library's ids: real tokens 0..V-1, V the absorbing state (none under the uniform graph)
+        tokenizer_obj = external.make_tokenizer(_encode(tok, path), None, real_vocab, real_vocab, name)
+        task = SeddPretrainedTask(model, loaded.max_seq_len, tokenizer_obj, lam_max_of(loaded.info["noise"]))
+        process = task.scoring_process(estimator or "imdse")
+        num_samples = num_samples or process.min_samples
+        scoring.warn_few_samples(num_samples, process, "num_samples")
+        config = ml_collections.ConfigDict({"eval": {"seed": int(seed), "estimator": "imdse",
+                                                     "input_samples": int(num_samples), "batch_size": int(batch_size)}})
+        run = scoring.Run(None, config, task, model, process, None, num_samples, batch_size, tokenizer=tokenizer_obj)
+    else:
+        raise PretrainedError(f"{loaded.kind}: output {loaded.output!r} is neither 'logits' nor 'log_score'")
+    run.loaded = loaded
+    run.task.source = {"kind": loaded.kind, "checkpoint": str(path)}
+    run.apply = functools.partial(loaded.apply, loaded.params)  # (x_BxL, sigma_B) -> raw output
+    run.pretrained_path = str(path)
+    return run
+
+
+def from_config(config) -> scoring.Run:
+    """The Run of evaluate.py's ``--pretrained`` config (infodiff/pretrained/cli_config.py). Raises
+    ValueError (one line) for a bad ``pretrained.dtype`` and what :func:`load_pretrained` raises."""
+    p, ev = config.pretrained, config.eval
+    dtype = str(p.dtype)
+    if dtype not in DTYPES:
+        raise ValueError(f"config.pretrained.dtype={dtype!r}; choose from {', '.join(DTYPES)}")
+    return load_pretrained(str(p.path), str(p.kind) or None, tokenizer=str(p.tokenizer) or None,
+                           estimator=str(ev.estimator) or None, num_samples=int(ev.input_samples) or None,
+                           batch_size=int(ev.batch_size), seed=int(ev.seed), dtype=DTYPES[dtype])
