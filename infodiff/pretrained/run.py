@@ -137,10 +137,13 @@ def load_pretrained(path, kind: str | None = None, *, tokenizer=None, estimator:
     name = tok_lib.name_of(tok_path) if tok_path is not None else "token ids"
     if loaded.output == "logits":
         t_conditioned = loaded.time_conditioned
+        # raw logits -> the denoiser's log-probabilities, where the port says how (LLaDA, Dream)
+        post = getattr(registry.architectures()[loaded.kind], "logprobs", None)
 
         def logprobs(params, x_BxL, t_B=None):
             if not t_conditioned:
-                return loaded.apply(params, x_BxL, jnp.zeros(x_BxL.shape[:1], jnp.float32))
+                out = loaded.apply(params, x_BxL, jnp.zeros(x_BxL.shape[:1], jnp.float32))
+                return out if post is None else post(out, loaded.mask_id)
             sigma = -jnp.log1p(-jnp.minimum(t_B, 1.0 - MDLM_EPS))  # the schedule's end: sigma(1)
             return loaded.apply(params, x_BxL, sigma)
 
