@@ -131,9 +131,9 @@ def _check(lc) -> None:
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise ValueError(f"config.llada.{key}={v!r} must be an integer >= {low}")
     for key in ("budgets", "ratio_samples"):
-        if not paper._ints(lc[key]) or min(paper._ints(lc[key])) < 2:
+        if not paper.int_list(lc[key]) or min(paper.int_list(lc[key])) < 2:
             raise ValueError(f"config.llada.{key}={lc[key]!r} must list integers >= 2")
-    bad = [e for e in paper._names(lc.estimators) if e not in ("lambda_dce", "time_free", "k_dce", "stratified",
+    bad = [e for e in paper.name_list(lc.estimators) if e not in ("lambda_dce", "time_free", "k_dce", "stratified",
                                                                  "t_dce", "neyman")]
     if bad:
         raise ValueError(f"config.llada.estimators holds {bad[0]!r}: choose from lambda_dce, time_free, k_dce, "
@@ -162,7 +162,7 @@ def run_llada_tables(config, workdir: str) -> dict:
         raise ValueError(f"a row of {max(too_long)} tokens is longer than the model's {m.max_seq_len} positions")
     key = jax.random.PRNGKey(int(lc.seed))
     bs, reps = int(lc.batch_size), int(lc.reps)
-    budgets, estimators = paper._ints(lc.budgets), paper._names(lc.estimators)
+    budgets, estimators = paper.int_list(lc.budgets), paper.name_list(lc.estimators)
     table_a, table_b = {}, {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # lambda_dce's infinite-variance warning
@@ -170,12 +170,12 @@ def run_llada_tables(config, workdir: str) -> dict:
             for b in budgets:
                 var, passes = [], []
                 for g, (pr, rs) in enumerate(_groups(pairs)):
-                    v, p = paper._repeat_variance(den, pr, rs, est, b, reps,
+                    v, p = paper.repeat_variance(den, pr, rs, est, b, reps,
                                                   jax.random.fold_in(key, 100_000 * e_i + 100 * b + g), bs)
                     var += [v] * len(pr)
                     passes += [p] * len(pr)
                 table_a[f"{est}/{b}"] = {"variance": float(np.mean(var)), "forward_passes": float(np.mean(passes))}
-        for n in paper._ints(lc.ratio_samples):
+        for n in paper.int_list(lc.ratio_samples):
             for coupled in (True, False):
                 var = []
                 for g, (pr, ya, yb) in enumerate(_groups(triplets)):
@@ -198,6 +198,6 @@ def run_llada_tables(config, workdir: str) -> dict:
           paper.md_table(["MC samples", "coupled", "decoupled", "decoupled ÷ coupled"],
                          [[n, f"{table_b[f'{n}/coupled']:.4g}", f"{table_b[f'{n}/decoupled']:.4g}",
                            f"{table_b[f'{n}/decoupled'] / table_b[f'{n}/coupled']:.1f}×"]
-                          for n in paper._ints(lc.ratio_samples)])]
+                          for n in paper.int_list(lc.ratio_samples)])]
     results["files"] = paper.write_results(workdir, results, "\n".join(md), model_dir=os.path.join(workdir, "none"))
     return results
