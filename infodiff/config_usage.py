@@ -195,6 +195,10 @@ READ_BY_ENTRY = {
     "compare": (("eval.input", "eval.input_unit", "eval.input_samples", "eval.target_se", "eval.input_max_samples",
                  "eval.seed", "eval.batch_size", "eval.use_ema", "eval.estimator", "eval.overwrite"),
                 "evaluate.py --compare (two runs scoring eval.input)"),
+    "pretrained": (("eval.input", "eval.input_unit", "eval.input_samples", "eval.target_se", "eval.input_max_samples",
+                    "eval.seed", "eval.batch_size", "eval.estimator", "eval.output_dir", "eval.overwrite",
+                    "eval.limit", "pretrained.kind", "pretrained.tokenizer", "pretrained.dtype"),
+                   "evaluate.py --pretrained DIR (a released checkpoint scoring eval.input)"),
 }
 
 

@@ -49,7 +49,7 @@ import numpy as np
 from infodiff import schedules
 from infodiff import scoring
 
-__all__ = ["ExternalDenoiser", "ExternalTask", "ExternalRun", "from_function", "DEFAULT_BATCH_SIZE"]
+__all__ = ["ExternalDenoiser", "ExternalTask", "ExternalRun", "from_function", "make_tokenizer", "DEFAULT_BATCH_SIZE"]
 
 DEFAULT_BATCH_SIZE = 256  # rows per estimator call, the text configs' eval.batch_size
 TEXT8_SIZE = 27  # the text configs' vocabulary (a-z and space), MASK id 27
@@ -164,14 +164,13 @@ def from_model_ids(ids, vocab: int, mask_id: int, where: str) -> np.ndarray:
     return x if mask_id == vocab else (x - (x > mask_id)).astype(np.int32)
 
 
-class ExternalTask:
+class ExternalTask(scoring.ScorerTask):
     """The task side of a :class:`scoring.Run` over an external denoiser (masked diffusion, the
     linear schedule): ``name``, ``seq_len``, ``vocab_size`` (V), ``tokenizer``, ``schedule_obj``,
     ``scoring_process``, ``order_model`` (:func:`infodiff.orders.nll_interval`) and
     ``process_info``."""
 
     name = "masked"
-    exact_likelihood = False  # Run.exact_nll: block-diffusion runs only (infodiff.tasks.Task)
 
     def __init__(self, denoiser: ExternalDenoiser, seq_len: int, tokenizer: scoring.Tokenizer):
         self.external = denoiser
@@ -191,8 +190,9 @@ class ExternalTask:
                 "schedule": self.schedule_obj}
 
     def process_info(self, process) -> dict:
-        return {"name": self.name, "schedule": self.schedule_obj.name, "eps": self.schedule_obj.eps,
+        info = {"name": self.name, "schedule": self.schedule_obj.name, "eps": self.schedule_obj.eps,
                 "objective": None, "external": True}
+        return {**info, **self.source}  # a released checkpoint: its kind and path
 
 
 def _reraise_user_error(method: Callable) -> Callable:
@@ -224,7 +224,7 @@ for _name in ("nll", "conditional_nll", "log_ratio", "choose", "nll_interval", "
     setattr(ExternalRun, _name, _reraise_user_error(getattr(scoring.Run, _name)))
 
 
-def _tokenizer(encode, separator, vocab: int, mask_id: int, name: str = "custom") -> scoring.Tokenizer:
+def make_tokenizer(encode, separator, vocab: int, mask_id: int, name: str = "custom") -> scoring.Tokenizer:
     """The Run's :class:`scoring.Tokenizer` (ids in the library's convention); it also takes a
     text as a sequence of the model's token ids (``from_ids``)."""
     sep = None if separator is None else tuple(int(i) for i in from_model_ids(list(separator), vocab, mask_id,
@@ -364,7 +364,7 @@ def from_function(logprobs_fn: Callable, *, vocab_size: int, mask_id: int, seq_l
         if not isinstance(v, bool) and not (name == "jax_function" and v is None):
             raise TypeError(f"{name} must be True or False{' or None' if name == 'jax_function' else ''}; got {v!r}")
     V = model_vocab - int(mask_id < model_vocab)
-    tokenizer = _tokenizer(encode, separator, model_vocab, mask_id, tokenizer_name)
+    tokenizer = make_tokenizer(encode, separator, model_vocab, mask_id, tokenizer_name)
     if params is not None:
         if jax_function is False:
             raise ValueError("params= needs a function JAX can trace (jax_function=True or None)")

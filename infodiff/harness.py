@@ -3,6 +3,8 @@ infodiff text run: importing this module registers the model ``infodiff`` (docs/
 
     python -m infodiff.harness --model infodiff --model_args workdir=W[,confidence=0.95,max_samples=128] \\
         --tasks T [--include_path DIR] [--output_path OUT --log_samples]
+    python -m infodiff.harness --model infodiff --model_args pretrained=DIR[,tokenizer=PATH] --tasks T
+    # a released checkpoint (SEDD, MDLM ...: infodiff.load_pretrained, docs/pretrained.md)
     # or, from Python:
     import infodiff.harness, lm_eval
     lm_eval.simple_evaluate(model="infodiff", model_args="workdir=W", tasks=[...])
@@ -89,8 +91,9 @@ def _as_bool(v, name):
 class InfodiffLM(LM):
     """lm-eval's ``LM`` over an infodiff text run (module docstring).
 
-    model_args: ``workdir`` (a training run; or ``run=`` a :class:`infodiff.scoring.Run` from
-    Python, e.g. :func:`infodiff.from_function`), ``estimator``, ``num_samples`` (single requests
+    model_args: ``workdir`` (a training run; or ``pretrained`` a released checkpoint's directory,
+    :func:`infodiff.load_pretrained`, with ``tokenizer`` a tokenizer.json when it is not beside the
+    weights; or ``run=`` a :class:`infodiff.scoring.Run` from Python, e.g. :func:`infodiff.from_function`), ``estimator``, ``num_samples`` (single requests
     and rolling windows; default the run's ``eval.input_samples``), ``first_samples`` (the first
     round per option) and ``max_samples`` (the cap per option; both default
     :func:`infodiff.choices.default_samples`: k_dce 32 and 128),
@@ -99,7 +102,8 @@ class InfodiffLM(LM):
     generation orders, :meth:`infodiff.scoring.Run.nll_interval`, in :attr:`rolling_records`). lm-eval's ``batch_size`` / ``device`` are accepted and unused (the run's
     ``eval.batch_size`` and JAX's device). Raises ValueError for an unknown argument or value."""
 
-    def __init__(self, workdir: str | None = None, *, run=None, estimator: str | None = None,
+    def __init__(self, workdir: str | None = None, *, run=None, pretrained: str | None = None,
+                 tokenizer: str | None = None, estimator: str | None = None,
                  num_samples: int | None = None, first_samples: int | None = None,
                  max_samples: int | None = None, confidence: float = 0.95, coupled=True,
                  adaptive=True, seed: int | None = None, interval_orders: int = 0, batch_size=None,
@@ -122,12 +126,22 @@ class InfodiffLM(LM):
         except (TypeError, ValueError):
             raise ValueError(f"model_args confidence={confidence!r} must be a number in (0, 1)") from None
         if unknown:
-            raise ValueError(f"unknown model_args {sorted(unknown)}; the infodiff model takes workdir, estimator, "
-                             "num_samples, first_samples, max_samples, confidence, coupled, adaptive, seed, "
-                             "interval_orders")
-        if run is None:
+            raise ValueError(f"unknown model_args {sorted(unknown)}; the infodiff model takes workdir, pretrained, "
+                             "tokenizer, estimator, num_samples, first_samples, max_samples, confidence, coupled, "
+                             "adaptive, seed, interval_orders")
+        if workdir and pretrained:
+            raise ValueError("model_args: give workdir=W (a training run) or pretrained=DIR (a checkpoint), not both")
+        if tokenizer and not pretrained:
+            raise ValueError("model_args tokenizer= goes with pretrained=DIR (a training run has its own tokenizer)")
+        if run is None and pretrained:
+            from infodiff.pretrained import run as pretrained_run
+
+            run = pretrained_run.load_pretrained(str(pretrained), tokenizer=tokenizer or None, estimator=estimator,
+                                                 num_samples=num_samples, seed=0 if seed is None else int(seed))
+        elif run is None:
             if not workdir:
-                raise ValueError("model_args: give workdir=W (a training run's directory)")
+                raise ValueError("model_args: give workdir=W (a training run's directory) or pretrained=DIR (a "
+                                 "released checkpoint)")
             run = scoring.load_run(str(workdir), estimator=estimator,
                                    num_samples=None if num_samples is None else int(num_samples))
         elif num_samples is not None:

@@ -57,7 +57,7 @@ from infodiff.windows import (  # noqa: F401  (re-exported)
     Windows, check_nonempty, document_windows, encode_rows, first_piece, prompt_contexts, response_windows,
     sum_windows)
 
-__all__ = ["clean", "Tokenizer", "TEXT8", "BYTES", "Windows", "document_windows", "response_windows", "sum_windows", "sum_interval_windows", "Run",
+__all__ = ["ScorerTask", "clean", "Tokenizer", "TEXT8", "BYTES", "Windows", "document_windows", "response_windows", "sum_windows", "sum_interval_windows", "Run",
            "load_run", "encode_rows", "prompt_contexts", "concat_rounds",
            "SCORING_ESTIMATORS"]
 
@@ -71,6 +71,31 @@ def __getattr__(name: str):
 
 DEFAULT_INPUT_SAMPLES = 32  # per window: 2x k_dce's calibrated minimum (tests/test_calibration.py)
 DEFAULT_MAX_SAMPLES = 1024  # the bound of a target_se run, per window
+
+
+class ScorerTask:
+    """What a :class:`Run` reads of a task that is not built from a config (a user's function,
+    :mod:`infodiff.external`; a released checkpoint, :mod:`infodiff.pretrained`), with the defaults
+    of :class:`infodiff.tasks.Task`: no any-order conditionals, no exact likelihood. ``source``:
+    where the network came from, added to ``process_info`` (a released checkpoint's kind and path)."""
+
+    name: str = ""
+    seq_len: int | None = None
+    vocab_size: int | None = None
+    tokenizer: Tokenizer | None = None
+    schedule_obj = None
+    scaling = None
+    exact_likelihood = False
+    source: dict = {}  # replaced, never mutated
+
+    def order_settings(self) -> dict | None:
+        return None
+
+    def order_model(self, params=None) -> dict | None:
+        return None
+
+    def process_info(self, process) -> dict:
+        return {"name": self.name, **self.source}
 
 
 class Run:

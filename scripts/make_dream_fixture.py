@@ -19,16 +19,15 @@ i + 1 (Dream's evaluation shifts them right by one).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import sys
 
 import numpy as np
-import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from make_llada_fixture import import_official, input_ids, random_state, write_shards  # noqa: E402
+from make_llada_fixture import (arguments, import_official, input_ids, random_state, write_parity,  # noqa: E402
+                                write_shards)
 
 # Published Dream-org/Dream-v0-Base-7B config.json keys; the fixture changes only the sizes below.
 PUBLISHED = {
@@ -49,12 +48,7 @@ EMB_STD = 0.002  # small embeddings: the RMSNorm eps (1e-6) matters at the first
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--official", required=True, type=pathlib.Path,
-                    help="directory holding the hub's modeling_dream.py, configuration_dream.py, generation_utils.py")
-    ap.add_argument("--out", default="tests/fixtures/pretrained", type=pathlib.Path)
-    args = ap.parse_args()
-    torch.manual_seed(0)
+    args = arguments(__doc__, "modeling_dream.py, configuration_dream.py and generation_utils.py")
     official = import_official(args.official.resolve(), "dream_official", "modeling_dream")
     cfg_mod = sys.modules["dream_official.configuration_dream"]
     config = dict(PUBLISHED, **SIZES)
@@ -68,16 +62,7 @@ def main():
     state = random_state(model, EMB_STD, rng, embedding="embed_tokens.weight")
     model.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
     write_shards(state, out)
-    x = input_ids(config, rng)
-    ids = torch.from_numpy(x).long()
-    with torch.no_grad():
-        f32 = model(input_ids=ids, use_cache=False, return_dict=True).logits.float().numpy()
-        bf16 = model.to(torch.bfloat16)(input_ids=ids, use_cache=False, return_dict=True).logits.float().numpy()
-    np.savez_compressed(out / "parity.npz", input_ids=x, logits_f32=f32, logits_bf16=bf16)
-    for f in out.glob("*.safetensors"):
-        f.chmod(0o644)
-    print(f"dream: {len(state)} tensors, logits {f32.shape}, max|logit| {np.abs(f32).max():.3f}, "
-          f"max|bf16 - f32| {np.abs(bf16 - f32).max():.4f}")
+    write_parity(model, input_ids(config, rng), out, f"dream: {len(state)} tensors")
 
 
 if __name__ == "__main__":

@@ -115,6 +115,7 @@ def write_shards(state: dict[str, torch.Tensor], out: pathlib.Path) -> None:
     for f in files:
         save_file({n: state[n].contiguous() for n in names if weight_map[n] == f}, str(out / f),
                   metadata={"format": "pt"})
+        (out / f).chmod(0o644)
     total = sum(t.numel() * t.element_size() for t in state.values())
     (out / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2) + "\n")
@@ -132,23 +133,34 @@ def make(official, name: str, spec: dict, root: pathlib.Path) -> None:
     model.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
     write_shards(state, out)
     x = input_ids(config, rng)
+    write_parity(model, x, out, f"{name}: {len(state)} tensors")
+
+
+def write_parity(model, x: np.ndarray, out: pathlib.Path, what: str) -> None:
+    """``out/parity.npz``: the ids and the official model's logits on them in float32 and, after
+    casting the model, in bfloat16."""
     ids = torch.from_numpy(x).long()
     kw = dict(use_cache=False, return_dict=True)  # passed: newer transformers configs lack these attributes
     with torch.no_grad():
         f32 = model(input_ids=ids, **kw).logits.float().numpy()
         bf16 = model.to(torch.bfloat16)(input_ids=ids, **kw).logits.float().numpy()
     np.savez_compressed(out / "parity.npz", input_ids=x, logits_f32=f32, logits_bf16=bf16)
-    print(f"{name}: {len(state)} tensors, logits {f32.shape}, max|logit| {np.abs(f32).max():.3f}, "
+    print(f"{what}, logits {f32.shape}, max|logit| {np.abs(f32).max():.3f}, "
           f"max|bf16 - f32| {np.abs(bf16 - f32).max():.4f}")
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--official", required=True, type=pathlib.Path,
-                    help="directory holding the hub's modeling_llada.py and configuration_llada.py")
+def arguments(doc: str, files: str) -> argparse.Namespace:
+    """--official DIR (the hub's ``files``) and --out (default tests/fixtures/pretrained)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--official", required=True, type=pathlib.Path, help=f"directory holding the hub's {files}")
     ap.add_argument("--out", default="tests/fixtures/pretrained", type=pathlib.Path)
     args = ap.parse_args()
     torch.manual_seed(0)
+    return args
+
+
+def main():
+    args = arguments(__doc__, "modeling_llada.py and configuration_llada.py")
     official = import_official(args.official.resolve())
     for name, spec in FIXTURES.items():
         make(official, name, spec, args.out)

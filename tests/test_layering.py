@@ -70,6 +70,7 @@ LAYERS = {
     "tasks": 3,
     "training": 4, "evaluation": 4, "scoring": 4, "external": 4, "compare": 4, "config_usage": 4, "choices": 4,
     "windows": 4,
+    "pretrained": 4,  # released checkpoints: ports (JAX), their files, and Runs over them (scoring, external)
     "harness": 6,
     "cli": 5, "__init__": 5,
     "commands": 6, "experiments": 6,  # the installed commands; the paper's experiments (public API only)

@@ -11,6 +11,8 @@
   python evaluate.py --config configs/oracle_poisson.py --config.data.distribution=zipf
   python evaluate.py --config configs/oracle_poisson.py --config.data.path=pmf.json   # {count: probability}
   python evaluate.py --workdir W1 --compare W2 --config.eval.input=docs.txt   # two runs, paired difference
+  python evaluate.py --pretrained DIR --config.eval.input=docs.txt     # a released checkpoint (SEDD, MDLM ...)
+  python evaluate.py --pretrained DIR1 --compare DIR2 --config.eval.input=docs.txt  # two checkpoints (or a run)
 
 Prints the table, then writes report.json (schema in docs/report.md) and report.txt into the
 workdir or config.eval.output_dir (with eval.input W/scores/<file name>-<hash>/ by default, with the
@@ -31,13 +33,32 @@ from ml_collections import config_flags
 from infodiff import cli  # imports nothing heavy
 
 
-USAGE = "give --workdir W (a training run) or --config NAME or FILE (e.g. oracle_markov)"
+USAGE = ("give --workdir W (a training run), --pretrained DIR (a released checkpoint) or --config NAME or FILE "
+         "(e.g. oracle_markov)")
+
+
+def _pretrained_config_arg(argv):
+    """Without --config, ``--pretrained DIR`` evaluates with infodiff/pretrained/cli_config.py:DIR."""
+    if any(a == "--config" or a.startswith("--config=") for a in argv):
+        return argv
+    for i, a in enumerate(argv):
+        if a.startswith("--pretrained="):
+            found = a.split("=", 1)[1]
+        elif a == "--pretrained" and i + 1 < len(argv):
+            found = argv[i + 1]
+        else:
+            continue
+        here = os.path.join(os.path.dirname(cli.CONFIG_DIR), "pretrained", "cli_config.py")
+        return argv[:1] + [f"--config={here}:{found}"] + argv[1:]
+    return argv
 
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config file (default: the run's saved config).",
                                 lock_config=True)
 flags.DEFINE_string("workdir", None, "Training run directory (network mode).")
+flags.DEFINE_string("pretrained", None, "A released checkpoint's directory (config.json + model.safetensors: "
+                    "SEDD, MDLM ...; docs/pretrained.md): score --config.eval.input=FILE with it.")
 flags.mark_flag_as_required("config")  # --workdir alone gives the run's saved config
 cli.define_distributed_flags()
 cli.define_compare_flag()
@@ -50,10 +71,10 @@ def main(argv):
     from infodiff import config_usage, evaluation, parallel, training  # one path for every process and mode
 
     training.quiet_library_logs()
-    config_usage.check_overrides(FLAGS.config, config_usage.override_keys(sys.argv),
-                                 entry="compare" if FLAGS.compare else "evaluate")
+    entry = "compare" if FLAGS.compare else ("pretrained" if FLAGS.pretrained else "evaluate")
+    config_usage.check_overrides(FLAGS.config, config_usage.override_keys(sys.argv), entry=entry)
 
-    report, out_dir = evaluation.evaluate(FLAGS.config, FLAGS.workdir, FLAGS.compare)
+    report, out_dir = evaluation.evaluate(FLAGS.config, FLAGS.workdir, FLAGS.compare, pretrained=FLAGS.pretrained)
     if not parallel.is_primary():
         return  # process 0 prints and writes the report
     print(evaluation.format_report(report))  # printed first: a failed write loses nothing
@@ -65,4 +86,5 @@ def run() -> None:
     """The ``infodiff-evaluate`` command (and ``python evaluate.py``)."""
     logging.set_verbosity(logging.WARNING)
     sys.argv = cli.saved_config_arg(sys.argv)  # --workdir alone: the run's saved config
+    sys.argv = _pretrained_config_arg(sys.argv)  # --pretrained alone: the checkpoint's config
     cli.run(main, doc=__doc__, usage=USAGE)

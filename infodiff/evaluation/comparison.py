@@ -39,24 +39,30 @@ def out_dir(workdir: str, path: str, other: str, step_a: int, step_b: int) -> st
 def _load_other(other: str, config) -> scoring.Run:
     import ml_collections
 
-    from infodiff import tasks, training
+    from infodiff import pretrained, tasks, training
 
     if not os.path.isdir(other):
-        raise FileNotFoundError(f"--compare {other!r} does not exist (a training run's directory)")
+        raise FileNotFoundError(f"--compare {other!r} does not exist (a training run's or a checkpoint's directory)")
     ev = config.eval
+    if pretrained.is_checkpoint_dir(other):  # a released checkpoint (infodiff/pretrained)
+        from infodiff.pretrained import run as pretrained_run
+
+        return pretrained_run.load_pretrained(other, num_samples=int(ev.input_samples) or None,
+                                              batch_size=int(ev.batch_size), seed=int(ev.seed))
     saved = ml_collections.ConfigDict(training.saved_config(other))
-    same = tasks.registration(saved).name == tasks.registration(config).name
+    same = "pretrained" not in config and tasks.registration(saved).name == tasks.registration(config).name
     return scoring.load_run(other, estimator=str(ev.estimator) if same else None, use_ema=bool(ev.use_ema),
                             num_samples=int(ev.input_samples))
 
 
 def _side(run: scoring.Run) -> dict:
-    return {"workdir": os.path.abspath(run.workdir), "checkpoint_step": run.checkpoint_step,
-            "params": "ema" if bool(run.config.eval.use_ema) else "raw", "model_length": run.seq_len,
+    where = run.workdir if run.workdir is not None else getattr(run, "pretrained_path", None)
+    return {"workdir": None if where is None else os.path.abspath(where), "checkpoint_step": run.checkpoint_step,
+            "params": "ema" if bool(run.config.eval.get("use_ema", False)) else "raw", "model_length": run.seq_len,
             "estimator": run.process.estimator, "process": run.task.process_info(run.process)}
 
 
-def evaluate_compare(config, workdir: str, other: str) -> tuple[dict, str]:
+def evaluate_compare(config, workdir: str, other: str, run_a: scoring.Run | None = None) -> tuple[dict, str]:
     """Score ``config.eval.input`` with the runs in ``workdir`` (a) and ``other`` (b); returns
     (report, output dir), writing nothing (the caller writes the report with its rows files).
     Raises ValueError for no ``eval.input`` or a ratios file, FileNotFoundError for a missing
@@ -75,7 +81,7 @@ def evaluate_compare(config, workdir: str, other: str) -> tuple[dict, str]:
     if kind == "ratios":
         raise ValueError(f"{path} holds ratios ({{prompt, a, b}}); --compare scores documents (.txt) or "
                          "{prompt, response} pairs: score a and b as pairs")
-    run_a = scoring.load_run(workdir, config=config)
+    run_a = run_a if run_a is not None else scoring.load_run(workdir, config=config)  # run_a: a checkpoint's
     run_b = _load_other(other, config)
     out = out_dir(workdir, path, other, run_a.checkpoint_step, run_b.checkpoint_step)
     report_lib.refuse_existing(out, config, "move that folder away")  # before any scoring

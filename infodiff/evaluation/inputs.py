@@ -49,7 +49,7 @@ from infodiff.evaluation import intervals, plots
 from infodiff.evaluation.jsonl import json_rows, row_id  # noqa: F401  (re-exported)
 from infodiff.evaluation import report as report_lib
 
-__all__ = ["read_input", "evaluate_input", "INPUT_UNITS", "row_attachments", "row_errors", "sha256", "run_checkpoint",
+__all__ = ["read_input", "evaluate_input", "evaluate_input_with", "INPUT_UNITS", "row_attachments", "row_errors", "sha256", "run_checkpoint",
            "default_out_dir", "shown", "json_rows", "row_id"]
 
 INPUT_UNITS = ("line", "file")
@@ -392,17 +392,25 @@ def evaluate_input(config, workdir: str) -> tuple[dict, str]:
     return _SCORERS[tasks.registration(config).input_format](config, workdir, time.time())
 
 
-def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
-    """A text run's -log p per row of a .txt / .jsonl file (:mod:`infodiff.scoring`)."""
+def evaluate_input_with(config, directory: str, run) -> tuple[dict, str]:
+    """Score ``config.eval.input`` with a Run already loaded (a released checkpoint in ``directory``,
+    :mod:`infodiff.pretrained`): the report of :func:`evaluate_input`, written by the caller."""
+    return _evaluate_text(config, directory, time.time(), run=run)
+
+
+def _evaluate_text(config, workdir, t0, run=None) -> tuple[dict, str]:
+    """A text run's -log p per row of a .txt / .jsonl file (:mod:`infodiff.scoring`); ``run``: a
+    Run already loaded (a released checkpoint, :mod:`infodiff.pretrained`; ``workdir`` its directory),
+    else the run in ``workdir``."""
     from infodiff import tasks
 
     ev = config.eval
     path = str(ev.input)
     read_notes: list = []
-    tokenizer = tasks.make_task(config).tokenizer
+    tokenizer = run.tokenizer if run is not None else tasks.make_task(config).tokenizer
     kind, ids, cols = read_input(path, str(ev.input_unit), notes=read_notes, tokenizer=tokenizer)
     (ids, cols), limit_notes = _limit_rows(config, ids, cols)
-    run = scoring.load_run(workdir, config=config)
+    run = run if run is not None else scoring.load_run(workdir, config=config)
     order = run.task.order_settings()
     if kind == "choices":
         return _evaluate_choices(config, workdir, t0, path, ids, cols, run, order, read_notes + limit_notes)
@@ -418,13 +426,13 @@ def _evaluate_text(config, workdir, t0) -> tuple[dict, str]:
         raise ValueError(f"config.eval.target_se={ev.target_se} must be >= 0 (0: a fixed budget)")
     if kind == "text":
         est = row_errors(lambda: run.nll(cols["text"], progress=True, target_se=tse), ids)
-        chars = np.array([len(run.encode(t)) for t in cols["text"]])
-        summary = _totals(est, chars, per)
+        chars = np.array([_unit_count(run, t) for t in cols["text"]])
+        summary = _totals(est, chars, per, run, cols["text"])
     elif kind == "pairs":
         est = row_errors(lambda: run.conditional_nll(cols["prompt"], cols["response"], progress=True,
                                                       target_se=tse), ids)
-        chars = np.array([len(run.encode(t)) for t in cols["response"]])
-        summary = _totals(est, chars, per)
+        chars = np.array([_unit_count(run, t) for t in cols["response"]])
+        summary = _totals(est, chars, per, run, cols["response"])
     else:
         est = row_errors(lambda: run.log_ratio(cols["prompt"], cols["a"], cols["b"], coupled=True, target_se=tse), ids)
         dec = run.log_ratio(cols["prompt"], cols["a"], cols["b"], coupled=False, num_samples=est.num_samples)
@@ -571,8 +579,19 @@ _SCORERS = {"text": _evaluate_text, "counts": _evaluate_counts}
 
 # Per-unit names of a text run's counts and rates (the tokenizer's unit): rows, then the summary.
 _UNITS = {"character": {"unit": "character", "count": "chars", "bits": "bits_per_char", "total": "characters"},
+          # a subword tokenizer (a released checkpoint's): bits per byte of the original UTF-8 text
+          "token": {"unit": "byte", "count": "bytes", "bits": "bits_per_byte", "total": "bytes",
+                    "perplexity": "byte_perplexity"},
           "byte": {"unit": "byte", "count": "bytes", "bits": "bits_per_byte", "total": "bytes",
                    "perplexity": "byte_perplexity"}}
+
+
+def _unit_count(run, text: str) -> int:
+    """The units of ``text`` its bits are per: tokens of a character or byte tokenizer, UTF-8 bytes
+    of the original text for a subword tokenizer (unit 'token')."""
+    if run.tokenizer.unit == "token":
+        return len(text.encode("utf-8", errors="surrogateescape"))
+    return len(run.encode(text))
 
 
 def _per_unit(tokenizer) -> dict:
@@ -593,11 +612,15 @@ def _per_row(per: dict, nats: float, se: float, n: int) -> dict:
     return {per["count"]: n, **_rates(per, nats, se, n)}
 
 
-def _totals(est, chars, per: dict = _UNITS["character"]) -> dict:
+def _totals(est, chars, per: dict = _UNITS["character"], run=None, texts=()) -> dict:
     total, total_se = est.total()
     n = int(chars.sum())
-    return {"total_nats": total, "total_stderr": total_se, "mean_nll_per_row": float(est.mean.mean()),
-            per["total"]: n, **_rates(per, total, total_se, n)}
+    out = {"total_nats": total, "total_stderr": total_se, "mean_nll_per_row": float(est.mean.mean()),
+           per["total"]: n, **_rates(per, total, total_se, n)}
+    if run is not None and run.tokenizer.unit == "token":  # a subword tokenizer: also nats per token
+        tokens = int(sum(len(run.encode(t)) for t in texts))
+        out.update(tokens=tokens, nll_per_token=total / tokens, nll_per_token_stderr=total_se / tokens)
+    return out
 
 
 def row_attachments(rows: list[dict], figures) -> tuple[dict, list[str]]:

@@ -900,6 +900,9 @@ def _input_summary_rows(r) -> list:
            (per[0], f"{s[per[1]]:.4f} ± {s[per[1] + '_stderr']:.4f} ({s[per[2]]} {per[2]})")]
     if "byte_perplexity" in s:
         out.append(("byte perplexity", f"{s['byte_perplexity']:.4f} ± {s['byte_perplexity_stderr']:.4f}"))
+    if "nll_per_token" in s:
+        out.append(("nats per token", f"{s['nll_per_token']:.4f} ± {s['nll_per_token_stderr']:.4f} "
+                                      f"({s['tokens']} tokens)"))
     return out
 
 
@@ -968,7 +971,9 @@ class InputReport(Provenance, PerRowSE, Head):
                         "`bits_per_dim_stderr`; text and pairs: `total_nats`, `total_stderr`, `mean_nll_per_row`, "
                         "`characters`, `bits_per_char`, `bits_per_char_stderr` (byte runs instead: `bytes`, "
                         "`bits_per_byte`, `bits_per_byte_stderr`, `byte_perplexity`, `byte_perplexity_stderr`: "
-                        "lm-eval's definitions, total NLL over UTF-8 bytes); ratios: `mean_log_ratio` (± "
+                        "lm-eval's definitions, total NLL over UTF-8 bytes; a released checkpoint's subword "
+                        "tokenizer: bits per byte of the original UTF-8 text and `tokens`, `nll_per_token`, "
+                        "`nll_per_token_stderr`); ratios: `mean_log_ratio` (± "
                         "`mean_log_ratio_stderr`), `fraction_resolved_2se` (coupled and `_decoupled`), "
                         "`fraction_a_more_likely`, `se_ratio_decoupled_over_coupled_median`; pairs and ratios: "
                         "`rows_prompt_cut` (rows that saw only the end of their prompt), `rows_prompt_unseen` (saw "

@@ -237,7 +237,8 @@ def evaluate_oracle(config: ml_collections.ConfigDict) -> dict:
         **report_lib.common(config, int(ev.seed), t0)).to_dict()
 
 
-def evaluate(config: ml_collections.ConfigDict, workdir: str | None, compare: str | None = None) -> tuple[dict, str]:
+def evaluate(config: ml_collections.ConfigDict, workdir: str | None, compare: str | None = None,
+             pretrained: str | None = None) -> tuple[dict, str]:
     """``eval.mode`` 'network' (needs ``workdir``; writes to :func:`output_dir`: ``eval.output_dir``,
     else the workdir or, with ``eval.input`` (a user's file), ``workdir/scores/<file name>-<hash>/``;
     an existing report is refused unless ``eval.overwrite``; with ``compare`` another run's workdir, the
@@ -247,9 +248,35 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str | None, compare: st
 
     With several devices (of one or many processes) the Monte Carlo rows of every estimator
     call are split over all of them (:func:`infodiff.parallel.rows_mesh`): the same draws,
-    the single-device numbers to float rounding; figures are drawn by process 0 only."""
+    the single-device numbers to float rounding; figures are drawn by process 0 only.
+
+    ``pretrained``: a released checkpoint's directory (:mod:`infodiff.pretrained`) scoring
+    ``eval.input`` (``config`` from infodiff/pretrained/cli_config.py), alone or with ``compare``."""
     with parallel.rows_mesh(training.make_mesh()):
+        if pretrained:
+            return _evaluate_pretrained(config, workdir, compare, pretrained)
         return _evaluate(config, workdir, compare)
+
+
+def _evaluate_pretrained(config, workdir, compare, pretrained: str) -> tuple[dict, str]:
+    """evaluate.py --pretrained DIR: the checkpoint scores ``eval.input`` (or, with ``compare``,
+    is run a of :func:`comparison.evaluate_compare`). Raises ValueError before any work."""
+    from infodiff.evaluation import comparison, inputs
+    from infodiff.pretrained import run as pretrained_run
+
+    if workdir:
+        raise ValueError("give --pretrained DIR or --workdir W, not both (--workdir W --compare DIR compares them)")
+    if "pretrained" not in config:
+        raise ValueError("--pretrained DIR takes its own config (infodiff/pretrained/cli_config.py): drop --config")
+    if not str(config.eval.input):
+        raise ValueError("--pretrained DIR scores a file: give it with --config.eval.input=FILE (.txt, one document "
+                         "per line, or .jsonl {\"prompt\", \"response\"})")
+    if not compare:  # before the weights are read
+        report_lib.refuse_existing(inputs.output_dir_of(config, pretrained), config)
+    run = pretrained_run.from_config(config)
+    if compare:
+        return comparison.evaluate_compare(config, pretrained, compare, run_a=run)
+    return inputs.evaluate_input_with(config, pretrained, run)
 
 
 def _evaluate(config: ml_collections.ConfigDict, workdir: str | None, compare: str | None = None) -> tuple[dict, str]:

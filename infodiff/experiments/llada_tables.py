@@ -24,7 +24,6 @@ never scored (:func:`infodiff.likelihood.paired_nll`).
 """
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import time
@@ -36,6 +35,7 @@ import numpy as np
 
 from infodiff import external
 from infodiff import likelihood as lk
+from infodiff.evaluation.inputs import json_rows
 from infodiff.experiments import paper
 from infodiff.pretrained import llada, safetensors_io
 
@@ -75,20 +75,15 @@ def read_rows(path: str, keys: tuple[str, ...], n: int, rng, encode, den) -> lis
     that is not an object with those string fields or that tokenises to nothing."""
     rows = []
     with open(os.path.expanduser(path), encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{i} is not JSON ({e.msg})") from None
-            if not isinstance(obj, dict) or not all(isinstance(obj.get(k), str) for k in keys):
-                raise ValueError(f"{path}:{i} must be an object with string fields {', '.join(keys)}")
-            ids = tuple(external.from_model_ids(list(encode(obj[k])), den.model_vocab, den.mask_id, f"{path}:{i} {k}")
-                        for k in keys)
-            if any(len(a) == 0 for a in ids[1:]):
-                raise ValueError(f"{path}:{i}: a response tokenises to no tokens")
-            rows.append(ids)
+        lines = f.read().splitlines()
+    for i, obj in json_rows(path, lines):
+        if not all(isinstance(obj.get(k), str) for k in keys):
+            raise ValueError(f"{path}:{i}: expected string fields {', '.join(keys)}")
+        ids = tuple(external.from_model_ids(list(encode(obj[k])), den.model_vocab, den.mask_id, f"{path}:{i} {k}")
+                    for k in keys)
+        if any(len(a) == 0 for a in ids[1:]):
+            raise ValueError(f"{path}:{i}: a response tokenises to no tokens")
+        rows.append(ids)
     if len(rows) < 2:
         raise ValueError(f"{path} holds {len(rows)} row(s); the variance tables need at least 2")
     pick = rng.permutation(len(rows))[:n]
@@ -136,9 +131,9 @@ def _check(lc) -> None:
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise ValueError(f"config.llada.{key}={v!r} must be an integer >= {low}")
     for key in ("budgets", "ratio_samples"):
-        if not paper._ints(lc[key]) or min(paper._ints(lc[key])) < 2:
+        if not paper.int_list(lc[key]) or min(paper.int_list(lc[key])) < 2:
             raise ValueError(f"config.llada.{key}={lc[key]!r} must list integers >= 2")
-    bad = [e for e in paper._names(lc.estimators) if e not in ("lambda_dce", "time_free", "k_dce", "stratified",
+    bad = [e for e in paper.name_list(lc.estimators) if e not in ("lambda_dce", "time_free", "k_dce", "stratified",
                                                                  "t_dce", "neyman")]
     if bad:
         raise ValueError(f"config.llada.estimators holds {bad[0]!r}: choose from lambda_dce, time_free, k_dce, "
@@ -167,7 +162,7 @@ def run_llada_tables(config, workdir: str) -> dict:
         raise ValueError(f"a row of {max(too_long)} tokens is longer than the model's {m.max_seq_len} positions")
     key = jax.random.PRNGKey(int(lc.seed))
     bs, reps = int(lc.batch_size), int(lc.reps)
-    budgets, estimators = paper._ints(lc.budgets), paper._names(lc.estimators)
+    budgets, estimators = paper.int_list(lc.budgets), paper.name_list(lc.estimators)
     table_a, table_b = {}, {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # lambda_dce's infinite-variance warning
@@ -175,12 +170,12 @@ def run_llada_tables(config, workdir: str) -> dict:
             for b in budgets:
                 var, passes = [], []
                 for g, (pr, rs) in enumerate(_groups(pairs)):
-                    v, p = paper._repeat_variance(den, pr, rs, est, b, reps,
+                    v, p = paper.repeat_variance(den, pr, rs, est, b, reps,
                                                   jax.random.fold_in(key, 100_000 * e_i + 100 * b + g), bs)
                     var += [v] * len(pr)
                     passes += [p] * len(pr)
                 table_a[f"{est}/{b}"] = {"variance": float(np.mean(var)), "forward_passes": float(np.mean(passes))}
-        for n in paper._ints(lc.ratio_samples):
+        for n in paper.int_list(lc.ratio_samples):
             for coupled in (True, False):
                 var = []
                 for g, (pr, ya, yb) in enumerate(_groups(triplets)):
@@ -203,6 +198,6 @@ def run_llada_tables(config, workdir: str) -> dict:
           paper.md_table(["MC samples", "coupled", "decoupled", "decoupled ÷ coupled"],
                          [[n, f"{table_b[f'{n}/coupled']:.4g}", f"{table_b[f'{n}/decoupled']:.4g}",
                            f"{table_b[f'{n}/decoupled'] / table_b[f'{n}/coupled']:.1f}×"]
-                          for n in paper._ints(lc.ratio_samples)])]
+                          for n in paper.int_list(lc.ratio_samples)])]
     results["files"] = paper.write_results(workdir, results, "\n".join(md), model_dir=os.path.join(workdir, "none"))
     return results

@@ -44,12 +44,12 @@ from infodiff.networks.text_denoisers import Denoiser
 from infodiff.processes import masked
 
 
-def _ints(spec) -> list[int]:
+def int_list(spec) -> list[int]:
     """A tuple of integers (or a comma-separated string, as older configs wrote them)."""
     return [int(v) for v in (spec.split(",") if isinstance(spec, str) else spec)]
 
 
-def _names(spec) -> list[str]:
+def name_list(spec) -> list[str]:
     return [str(v).strip() for v in (spec.split(",") if isinstance(spec, str) else spec)]
 
 
@@ -455,7 +455,7 @@ def run_ood(config, workdir: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 # 4. Variance tables (+ the stratified estimator)
 # ---------------------------------------------------------------------------------------------
-def _repeat_variance(denoiser, prompts, resp, estimator, budget, reps, key, batch_size):
+def repeat_variance(denoiser, prompts, resp, estimator, budget, reps, key, batch_size):
     """Variance over `reps` independent estimates at a fixed number of forward passes per
     estimate, averaged over pairs (paper Table 1 protocol). Returns (mean variance, passes)."""
     per = resp.shape[1] if estimator == "stratified" else 1
@@ -493,20 +493,20 @@ def run_variance(config, workdir: str) -> dict:
     alt = chain.sample_response(rng, prompts, R)
     key = jax.random.PRNGKey(vc.seed)
     bs = int(vc.batch_size)
-    budgets = _ints(vc.budgets)
-    estimators = _names(vc.estimators)
+    budgets = int_list(vc.budgets)
+    estimators = name_list(vc.estimators)
     table1 = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         for which, den in (("oracle", chain), ("model", model)):
             for e_i, est_name in enumerate(estimators):
                 for b in budgets:
-                    v, passes = _repeat_variance(den, prompts, resp, est_name, b, int(vc.reps),
+                    v, passes = repeat_variance(den, prompts, resp, est_name, b, int(vc.reps),
                                                  jax.random.fold_in(key, 100 * e_i + b), bs)
                     table1[f"{which}/{est_name}/{b}"] = {"variance": v, "forward_passes": passes}
         table2 = {}
         for which, den in (("oracle", chain), ("model", model)):
-            for n in _ints(vc.ratio_samples):
+            for n in int_list(vc.ratio_samples):
                 for coupled in (True, False):
                     table2[f"{which}/{n}/{'coupled' if coupled else 'decoupled'}"] = _ratio_variance(
                         den, prompts, resp, alt, n, int(vc.ratio_reps), jax.random.fold_in(key, 7 * n + coupled),
@@ -555,7 +555,7 @@ def run_variance(config, workdir: str) -> dict:
     for which in ("oracle", "model"):
         rows = [[n, f"{table2[f'{which}/{n}/coupled']:.3f}", f"{table2[f'{which}/{n}/decoupled']:.3f}",
                  f"{table2[f'{which}/{n}/decoupled'] / table2[f'{which}/{n}/coupled']:.1f}×"]
-                for n in _ints(vc.ratio_samples)]
+                for n in int_list(vc.ratio_samples)]
         md.append(f"\n{which}:\n\n" + md_table(["MC samples", "coupled", "decoupled", "ratio"], rows))
     md.append("\n## Variance per forward pass relative to the time-free estimator (exact oracles)")
     for toy, rows in vpf.items():

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from infodiff.pretrained import safetensors_io
 from infodiff.pretrained.base import Loaded, PretrainedError
 
-__all__ = ["load", "detect_kind", "architectures", "Loaded", "PretrainedError"]
+__all__ = ["load", "detect_kind", "architectures", "is_checkpoint_dir", "Loaded", "PretrainedError"]
 
 _NOT_ARCHITECTURES = {"base", "safetensors_io", "tokenizer", "export", "run"}
 
@@ -31,6 +31,14 @@ def architectures() -> dict:
         for kind in getattr(module, "KINDS", ()):
             kinds[kind] = module
     return kinds
+
+
+def is_checkpoint_dir(path) -> bool:
+    """Whether directory ``path`` holds released weights (model.safetensors, its index, or a PyTorch
+    file) rather than an infodiff training run (whose checkpoints are orbax folders)."""
+    p = pathlib.Path(path)
+    return p.is_dir() and ((p / safetensors_io.SINGLE).is_file() or (p / safetensors_io.INDEX).is_file()
+                           or any(f.suffix in safetensors_io.TORCH_SUFFIXES for f in p.iterdir() if f.is_file()))
 
 
 def detect_kind(config: dict, path="") -> str:

@@ -40,7 +40,8 @@ from infodiff.pretrained.base import Loaded, PretrainedError
 
 __all__ = ["KINDS", "detect", "load", "Arch", "arch_of", "expected_shapes", "forward"]
 
-KINDS = ("sedd", "mdlm")
+SEDD, MDLM = "sedd", "mdlm"  # checkpoint kinds (the released code bases), not infodiff process names
+KINDS = (SEDD, MDLM)
 LN_EPS = 1e-5  # torch.nn.functional.layer_norm's default, used by both reference networks
 ROTARY_BASE = 10_000.0
 FREQ_EMBED = 256  # width of the sinusoidal time embedding
@@ -72,10 +73,10 @@ class Arch:
 def detect(config: dict) -> str | None:
     """'mdlm' for MDLM's hub config (``model_type: mdlm``), 'sedd' for SEDD's (a training config
     with ``tokens``, ``graph`` and ``model``), else None."""
-    if config.get("model_type") == "mdlm":
-        return "mdlm"
+    if config.get("model_type") == MDLM:
+        return MDLM
     if all(k in config for k in ("tokens", "graph", "model")) and isinstance(config.get("model"), dict):
-        return "sedd"
+        return SEDD
     return None
 
 
@@ -91,7 +92,7 @@ def _get(config: dict, path: str, kind: str):
 def arch_of(config: dict, kind: str) -> Arch:
     """The :class:`Arch` a ``config.json`` dict describes. Raises PretrainedError for a missing key
     or an unsupported value (graph, head count not dividing the width)."""
-    if kind == "sedd":
+    if kind == SEDD:
         graph = str(_get(config, "graph.type", kind))
         if graph not in ("absorb", "uniform"):
             raise PretrainedError(f"config.json graph.type={graph!r}: the SEDD port knows 'absorb' and 'uniform'")
@@ -104,7 +105,7 @@ def arch_of(config: dict, kind: str) -> Arch:
                                   "scale_by_sigma for the absorbing graph only")
         a = Arch(kind, tokens + absorb, int(m("hidden_size")), int(m("cond_dim")), int(m("n_blocks")),
                  int(m("n_heads")), int(m("length")), "", True, scale, graph, tokens if absorb else -1)
-    elif kind == "mdlm":
+    elif kind == MDLM:
         V = int(_get(config, "vocab_size", kind))
         a = Arch(kind, V, int(_get(config, "hidden_dim", kind)), int(_get(config, "cond_dim", kind)),
                  int(_get(config, "n_blocks", kind)), int(_get(config, "n_heads", kind)),
@@ -290,7 +291,7 @@ def forward(a: Arch, params, x_BxL, sigma_B):
     sigma_B = jnp.broadcast_to(jnp.asarray(sigma_B, jnp.float32).reshape(-1), x_BxL.shape[:1])
     net_sigma = sigma_B if a.time_conditioned else jnp.zeros_like(sigma_B)
     out = backbone(a, params, x_BxL, net_sigma)
-    if a.kind == "sedd":
+    if a.kind == SEDD:
         return sedd_log_score(a, out, x_BxL, sigma_B)
     return mdlm_subs(a, out, x_BxL)
 
@@ -301,7 +302,7 @@ def load(directory: pathlib.Path, config: dict, kind: str, dtype=jnp.float32) ->
     a = arch_of(config, kind)
     tensors, source = safetensors_io.read_tensors(directory)
     expected, optional = expected_shapes(a)
-    safetensors_io.check_shapes(tensors, expected, f"{kind} ({a.graph})" if kind == "sedd" else kind, optional)
+    safetensors_io.check_shapes(tensors, expected, f"{kind} ({a.graph})" if kind == SEDD else kind, optional)
     inv = a.prefix + "rotary_emb.inv_freq"
     if inv in tensors and not np.allclose(np.asarray(tensors[inv], np.float32), inv_freq(a.hidden // a.n_heads),
                                           rtol=1e-6, atol=0):
@@ -309,10 +310,10 @@ def load(directory: pathlib.Path, config: dict, kind: str, dtype=jnp.float32) ->
     params = params_of(tensors, a, dtype)
     apply = jax.jit(lambda params, x_BxL, sigma_B: forward(a, params, x_BxL, sigma_B))
     info = {"graph": a.graph, "weights": source, "scale_by_sigma": a.scale_by_sigma, "arch": dataclasses.asdict(a)}
-    if kind == "sedd":
+    if kind == SEDD:
         info["noise"] = dict(config.get("noise", {"type": "loglinear"}))
     else:
         info["noise"] = {"type": "loglinear", "eps": 1e-3}
     return Loaded(apply=apply, params=params, kind=kind, vocab_size=a.vocab_size, mask_id=a.mask_id,
-                  max_seq_len=a.max_seq_len, output="log_score" if kind == "sedd" else "logits",
+                  max_seq_len=a.max_seq_len, output="log_score" if kind == SEDD else "logits",
                   time_conditioned=a.time_conditioned, info=info)

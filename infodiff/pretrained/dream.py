@@ -93,21 +93,21 @@ def parse_config(config: dict) -> DreamArch:
     for key, want in (("hidden_act", "silu"), ("rope_scaling", None), ("use_sliding_window", False)):
         if cfg[key] != want:
             raise PretrainedError(f"config.json: {key}={cfg[key]!r} is not supported by the Dream port (needs {want!r})")
-    d, nh = llada._int(cfg, "hidden_size"), llada._int(cfg, "num_attention_heads")
-    kv = llada._int(cfg, "num_key_value_heads")
+    d, nh = llada.config_int(cfg, "hidden_size"), llada.config_int(cfg, "num_attention_heads")
+    kv = llada.config_int(cfg, "num_key_value_heads")
     if d % nh or (d // nh) % 2:
         raise PretrainedError(f"config.json: hidden_size={d} must be num_attention_heads={nh} x an even head dimension")
     if nh % kv:
         raise PretrainedError(f"config.json: num_attention_heads={nh} is not a multiple of num_key_value_heads={kv}")
-    V = llada._int(cfg, "vocab_size", 2)
+    V = llada.config_int(cfg, "vocab_size", 2)
     mask = cfg["mask_token_id"]
     if isinstance(mask, bool) or not isinstance(mask, int) or not 0 <= mask < V:
         raise PretrainedError(f"config.json: mask_token_id={mask!r} must be an id in [0, {V}) (Dream's is 151666)")
-    return DreamArch(hidden_size=d, n_heads=nh, n_kv_heads=kv, n_layers=llada._int(cfg, "num_hidden_layers"),
-                     intermediate_size=llada._int(cfg, "intermediate_size"), vocab_size=V, mask_id=mask,
-                     max_seq_len=llada._int(cfg, "max_position_embeddings"),
-                     rms_norm_eps=llada._float(cfg, "rms_norm_eps"), rope_theta=llada._float(cfg, "rope_theta"),
-                     tied=llada._bool(cfg, "tie_word_embeddings"))
+    return DreamArch(hidden_size=d, n_heads=nh, n_kv_heads=kv, n_layers=llada.config_int(cfg, "num_hidden_layers"),
+                     intermediate_size=llada.config_int(cfg, "intermediate_size"), vocab_size=V, mask_id=mask,
+                     max_seq_len=llada.config_int(cfg, "max_position_embeddings"),
+                     rms_norm_eps=llada.config_float(cfg, "rms_norm_eps"), rope_theta=llada.config_float(cfg, "rope_theta"),
+                     tied=llada.config_bool(cfg, "tie_word_embeddings"))
 
 
 def expected_shapes(arch: DreamArch) -> dict[str, tuple[int, ...]]:
@@ -173,7 +173,7 @@ def load(directory: pathlib.Path, config: dict, kind: str, dtype) -> Loaded:
     if kind not in KINDS:
         raise PretrainedError(f"kind={kind!r} is not served by the Dream port (kinds: {', '.join(KINDS)})")
     arch = parse_config(config)
-    dt = llada._dtype(dtype)
+    dt = llada.compute_dtype(dtype)
     tensors, source = safetensors_io.read_tensors(directory)
     safetensors_io.check_shapes(tensors, expected_shapes(arch), "Dream")
     stored = sorted({str(v.dtype) for v in tensors.values()})

@@ -44,7 +44,8 @@ from infodiff.pretrained import safetensors_io
 from infodiff.pretrained.base import Loaded, PretrainedError
 
 __all__ = ["KINDS", "detect", "load", "Arch", "parse_config", "expected_shapes", "forward", "rms_norm",
-           "rotary", "attention", "linear", "gather_params", "logprobs"]
+           "rotary", "attention", "linear", "gather_params", "logprobs", "config_int", "config_bool",
+           "config_float", "compute_dtype"]
 
 KINDS = ("llada",)
 PREFIX = "model.transformer."
@@ -111,20 +112,23 @@ def detect(config: dict) -> str | None:
     return None
 
 
-def _int(cfg: dict, key: str, low: int = 1) -> int:
+def config_int(cfg: dict, key: str, low: int = 1) -> int:
+    """``cfg[key]``, an integer >= ``low``; PretrainedError naming the key otherwise."""
     v = cfg[key]
     if isinstance(v, bool) or not isinstance(v, int) or v < low:
         raise PretrainedError(f"config.json: {key}={v!r} must be an integer >= {low}")
     return v
 
 
-def _bool(cfg: dict, key: str) -> bool:
+def config_bool(cfg: dict, key: str) -> bool:
+    """``cfg[key]``, true or false; PretrainedError naming the key otherwise."""
     if not isinstance(cfg[key], bool):
         raise PretrainedError(f"config.json: {key}={cfg[key]!r} must be true or false")
     return cfg[key]
 
 
-def _float(cfg: dict, key: str, positive: bool = True) -> float:
+def config_float(cfg: dict, key: str, positive: bool = True) -> float:
+    """``cfg[key]``, a finite (positive) number; PretrainedError naming the key otherwise."""
     v = cfg[key]
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (positive and v <= 0):
         raise PretrainedError(f"config.json: {key}={v!r} must be a {'positive ' if positive else ''}number")
@@ -137,7 +141,7 @@ def _n_kv_heads(cfg: dict, n_heads: int) -> int:
     kv, mqa = cfg["n_kv_heads"], cfg["multi_query_attention"]
     if kv is None:
         return 1 if mqa is True else n_heads
-    kv = _int(cfg, "n_kv_heads")
+    kv = config_int(cfg, "n_kv_heads")
     if mqa is not None and kv != (1 if mqa else n_heads):
         raise PretrainedError(f"config.json: n_kv_heads={kv} contradicts multi_query_attention={mqa}: set one of them")
     return kv
@@ -155,7 +159,7 @@ def parse_config(config: dict) -> Arch:
     if cfg["bias_for_layer_norm"] not in (None, False):
         raise PretrainedError(f"config.json: bias_for_layer_norm={cfg['bias_for_layer_norm']!r} is not supported by "
                               "the LLaDA port (norm biases are not implemented)")
-    d, nh = _int(cfg, "d_model"), _int(cfg, "n_heads")
+    d, nh = config_int(cfg, "d_model"), config_int(cfg, "n_heads")
     if d % nh:
         raise PretrainedError(f"config.json: d_model={d} is not a multiple of n_heads={nh}")
     if (d // nh) % 2:
@@ -163,20 +167,22 @@ def parse_config(config: dict) -> Arch:
     kv = _n_kv_heads(cfg, nh)
     if nh % kv:
         raise PretrainedError(f"config.json: n_heads={nh} is not a multiple of n_kv_heads={kv}")
-    hidden = (_int(cfg, "mlp_hidden_size") if cfg["mlp_hidden_size"] is not None
-              else _int(cfg, "mlp_ratio") * d)
-    vocab = _int(cfg, "vocab_size", 2)
-    emb = vocab if cfg["embedding_size"] is None else _int(cfg, "embedding_size", 2)
+    hidden = (config_int(cfg, "mlp_hidden_size") if cfg["mlp_hidden_size"] is not None
+              else config_int(cfg, "mlp_ratio") * d)
+    vocab = config_int(cfg, "vocab_size", 2)
+    emb = vocab if cfg["embedding_size"] is None else config_int(cfg, "embedding_size", 2)
     if emb < vocab:
         raise PretrainedError(f"config.json: embedding_size={emb} is below vocab_size={vocab}")
     mask = cfg["mask_token_id"]
     if isinstance(mask, bool) or not isinstance(mask, int) or not 0 <= mask < emb:
         raise PretrainedError(f"config.json: mask_token_id={mask!r} must be an id in [0, {emb}) (LLaDA's is 126336)")
-    return Arch(d_model=d, n_heads=nh, n_kv_heads=kv, n_layers=_int(cfg, "n_layers"), mlp_hidden_size=hidden,
-                vocab_size=vocab, embedding_size=emb, mask_id=mask, max_seq_len=_int(cfg, "max_sequence_length"),
-                rms_norm_eps=_float(cfg, "rms_norm_eps"), rope_theta=_float(cfg, "rope_theta"),
-                rope_full_precision=_bool(cfg, "rope_full_precision"), weight_tying=_bool(cfg, "weight_tying"),
-                scale_logits=_bool(cfg, "scale_logits"), input_emb_norm=_bool(cfg, "input_emb_norm"))
+    return Arch(d_model=d, n_heads=nh, n_kv_heads=kv, n_layers=config_int(cfg, "n_layers"),
+                mlp_hidden_size=hidden, vocab_size=vocab, embedding_size=emb, mask_id=mask,
+                max_seq_len=config_int(cfg, "max_sequence_length"), rms_norm_eps=config_float(cfg, "rms_norm_eps"),
+                rope_theta=config_float(cfg, "rope_theta"),
+                rope_full_precision=config_bool(cfg, "rope_full_precision"),
+                weight_tying=config_bool(cfg, "weight_tying"), scale_logits=config_bool(cfg, "scale_logits"),
+                input_emb_norm=config_bool(cfg, "input_emb_norm"))
 
 
 def expected_shapes(arch: Arch) -> dict[str, tuple[int, ...]]:
@@ -193,7 +199,7 @@ def expected_shapes(arch: Arch) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def _dtype(dtype) -> jnp.dtype:
+def compute_dtype(dtype) -> jnp.dtype:
     dt = jnp.dtype(jnp.float32 if dtype is None else dtype)
     if dt not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
         raise PretrainedError(f"dtype={dtype!r} is not a compute dtype for LLaDA: use float32 or bfloat16")
@@ -205,7 +211,7 @@ def gather_params(tensors: dict[str, np.ndarray], top: dict[str, str], per_layer
     """A scanned pytree from checked tensors, cast to ``dtype``: ``{key: tensors[name]}`` for
     ``top`` and ``"layers": {key: stacked [n_layers, ...]}`` for ``per_layer`` (names with
     ``{i}`` for the layer). Consumes ``tensors`` (entries are removed as they are placed)."""
-    dt = _dtype(dtype)
+    dt = compute_dtype(dtype)
 
     def take(name):
         return jnp.asarray(tensors.pop(name), dt)
@@ -323,7 +329,7 @@ def load(directory: pathlib.Path, config: dict, kind: str, dtype) -> Loaded:
     if kind not in KINDS:
         raise PretrainedError(f"kind={kind!r} is not served by the LLaDA port (kinds: {', '.join(KINDS)})")
     arch = parse_config(config)
-    dt = _dtype(dtype)
+    dt = compute_dtype(dtype)
     tensors, source = safetensors_io.read_tensors(directory)
     safetensors_io.check_shapes(tensors, expected_shapes(arch), "LLaDA")
     stored = sorted({str(v.dtype) for v in tensors.values()})

@@ -35,8 +35,9 @@ from infodiff.pretrained import tokenizer as tok_lib
 from infodiff.pretrained.base import Loaded, PretrainedError
 from infodiff.processes import score_entropy
 
-__all__ = ["load_pretrained", "SeddScoreModel", "SeddPretrainedTask", "lam_max_of", "MDLM_EPS"]
+__all__ = ["load_pretrained", "from_config", "DTYPES", "SeddScoreModel", "SeddPretrainedTask", "lam_max_of", "MDLM_EPS"]
 
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 MDLM_EPS = 1e-3  # MDLM's log-linear schedule: masking probability (1 - eps) t (noise_schedule.LogLinearNoise)
 
 
@@ -76,7 +77,7 @@ class SeddScoreModel:
         return out[..., : self.vocab_size]
 
 
-class SeddPretrainedTask:
+class SeddPretrainedTask(scoring.ScorerTask):
     """The task side of a Run over a released SEDD network (as :class:`external.ExternalTask` for
     masked models): ``name``, ``seq_len``, ``vocab_size``, ``tokenizer``, ``scoring_process``,
     ``process_info``."""
@@ -99,7 +100,7 @@ class SeddPretrainedTask:
 
     def process_info(self, process) -> dict:
         return {"name": self.name, "graph": self.graph, "lambda_sampling": process.noise_law,
-                "lam_max": process.lam_max, "external": True}
+                "lam_max": process.lam_max, "external": True, **self.source}
 
 
 def _encode(tok, path):
@@ -133,13 +134,16 @@ def load_pretrained(path, kind: str | None = None, *, tokenizer=None, estimator:
     real_vocab = loaded.vocab_size - int(0 <= loaded.mask_id < loaded.vocab_size)
     tok_path = tok_lib.find(path, tokenizer)
     tok = None if tok_path is None else tok_lib.load(tok_path, real_vocab)
-    name = str(tok_path) if tok_path is not None else "token ids"
+    name = tok_lib.name_of(tok_path) if tok_path is not None else "token ids"
     if loaded.output == "logits":
         t_conditioned = loaded.time_conditioned
+        # raw logits -> the denoiser's log-probabilities, where the port says how (LLaDA, Dream)
+        post = getattr(registry.architectures()[loaded.kind], "logprobs", None)
 
         def logprobs(params, x_BxL, t_B=None):
             if not t_conditioned:
-                return loaded.apply(params, x_BxL, jnp.zeros(x_BxL.shape[:1], jnp.float32))
+                out = loaded.apply(params, x_BxL, jnp.zeros(x_BxL.shape[:1], jnp.float32))
+                return out if post is None else post(out, loaded.mask_id)
             sigma = -jnp.log1p(-jnp.minimum(t_B, 1.0 - MDLM_EPS))  # the schedule's end: sigma(1)
             return loaded.apply(params, x_BxL, sigma)
 
@@ -152,7 +156,7 @@ def load_pretrained(path, kind: str | None = None, *, tokenizer=None, estimator:
     elif loaded.output == "log_score":
         model = SeddScoreModel(loaded, loaded.params, loaded.info["graph"], real_vocab)
         # the library's ids: real tokens 0..V-1, V the absorbing state (none under the uniform graph)
-        tokenizer_obj = external._tokenizer(_encode(tok, path), None, real_vocab, real_vocab, name)
+        tokenizer_obj = external.make_tokenizer(_encode(tok, path), None, real_vocab, real_vocab, name)
         task = SeddPretrainedTask(model, loaded.max_seq_len, tokenizer_obj, lam_max_of(loaded.info["noise"]))
         process = task.scoring_process(estimator or "imdse")
         num_samples = num_samples or process.min_samples
@@ -163,6 +167,19 @@ def load_pretrained(path, kind: str | None = None, *, tokenizer=None, estimator:
     else:
         raise PretrainedError(f"{loaded.kind}: output {loaded.output!r} is neither 'logits' nor 'log_score'")
     run.loaded = loaded
+    run.task.source = {"kind": loaded.kind, "checkpoint": str(path)}
     run.apply = functools.partial(loaded.apply, loaded.params)  # (x_BxL, sigma_B) -> raw output
     run.pretrained_path = str(path)
     return run
+
+
+def from_config(config) -> scoring.Run:
+    """The Run of evaluate.py's ``--pretrained`` config (infodiff/pretrained/cli_config.py). Raises
+    ValueError (one line) for a bad ``pretrained.dtype`` and what :func:`load_pretrained` raises."""
+    p, ev = config.pretrained, config.eval
+    dtype = str(p.dtype)
+    if dtype not in DTYPES:
+        raise ValueError(f"config.pretrained.dtype={dtype!r}; choose from {', '.join(DTYPES)}")
+    return load_pretrained(str(p.path), str(p.kind) or None, tokenizer=str(p.tokenizer) or None,
+                           estimator=str(ev.estimator) or None, num_samples=int(ev.input_samples) or None,
+                           batch_size=int(ev.batch_size), seed=int(ev.seed), dtype=DTYPES[dtype])

@@ -11,7 +11,7 @@ import pathlib
 
 from infodiff.pretrained.base import PretrainedError
 
-__all__ = ["find", "load", "utf8_bytes", "VOCAB_SLACK"]
+__all__ = ["find", "load", "name_of", "utf8_bytes", "VOCAB_SLACK"]
 
 VOCAB_SLACK = 0.01  # a model's embedding may be padded beyond its tokenizer (LLaDA: 126464 vs 126349 ids)
 
@@ -57,6 +57,19 @@ def load(path: pathlib.Path, model_vocab: int):
         raise PretrainedError(f"tokenizer {str(path)!r} has {n} tokens but the model has {model_vocab} token ids: "
                               f"not this model's tokenizer (give the right one with tokenizer=PATH)")
     return tok
+
+
+def name_of(path: pathlib.Path) -> str:
+    """``'<file name> sha256:<12 hex digits>'`` of a tokenizer file (the vocabulary and merges files of
+    a GPT-2 directory): two checkpoints shipping the same tokenizer get the same name, so their
+    runs can be compared row by row (:func:`infodiff.compare.compare`)."""
+    import hashlib
+
+    files = [path] if path.is_file() else [path / "vocab.json", path / "merges.txt"]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.read_bytes())
+    return f"{path.name} sha256:{h.hexdigest()[:12]}"
 
 
 def utf8_bytes(text: str) -> int:
