@@ -131,21 +131,3 @@ def test_tokenizer_problems_are_one_line(tmp_path):
     with pytest.raises(PretrainedError, match="neither a tokenizer.json"):
         infodiff.load_pretrained(d, tokenizer=tmp_path / "nothing")
 
-
-def test_mean_logprobs_is_the_subs_output_and_normalises_raw_logits():
-    import jax.numpy as jnp
-
-    from infodiff import pretrained
-    from infodiff.pretrained import run as run_lib
-
-    loaded = pretrained.load(FIXTURES / "mdlm")
-    f = np.load(FIXTURES / "mdlm" / "io.npz")
-    subs = np.asarray(loaded.apply(loaded.params, f["x_BxL"], np.zeros(2, np.float32)))
-    logp = np.asarray(run_lib.mean_logprobs(jnp.asarray(subs), loaded.mask_id))
-    keep = subs > -1e5
-    np.testing.assert_allclose(logp[keep], subs[keep], atol=1e-6)
-    assert np.all(np.exp(logp[..., loaded.mask_id]) == 0)
-    raw = np.random.default_rng(0).standard_normal((2, 3, 7)).astype(np.float32)  # LLaDA-like raw logits
-    lp = np.asarray(run_lib.mean_logprobs(jnp.asarray(raw), 5))
-    np.testing.assert_allclose(np.exp(lp).sum(-1), 1.0, rtol=1e-6)
-    assert np.all(np.isneginf(lp[..., 5]))

@@ -1,9 +1,8 @@
 """``infodiff.load_pretrained(path)``: a released checkpoint as the same :class:`~infodiff.scoring.Run`
 that :func:`infodiff.load_run` gives for a trained run, scored with each model's own process.
 
-* Masked models with a mean parametrisation (MDLM, LLaDA; ``output == 'logits'``): the library's
-  masked diffusion through :func:`infodiff.external.from_function` (estimator k-DCE by default),
-  the denoiser :func:`mean_logprobs` of the raw output (mask logit at -inf, log-softmax). The
+* Masked models with a mean parametrisation (MDLM; ``output == 'logits'``): the library's masked
+  diffusion through :func:`infodiff.external.from_function` (estimator k-DCE by default). The
   denoiser sees the masking probability t (linear schedule) and the network its total noise
   sigma = -log(1 - t): MDLM's log-linear schedule, sigma(t) = -log(1 - (1 - eps) t), is the same
   masking law re-timed, and the masked NELBO does not depend on the timing (MDLM Sec. 3.2; the
@@ -27,7 +26,6 @@ import functools
 import math
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import ml_collections
 
@@ -38,7 +36,7 @@ from infodiff.pretrained import tokenizer as tok_lib
 from infodiff.pretrained.base import Loaded, PretrainedError
 from infodiff.processes import score_entropy
 
-__all__ = ["load_pretrained", "from_config", "mean_logprobs", "DTYPES", "SeddScoreModel", "SeddPretrainedTask", "lam_max_of", "MDLM_EPS"]
+__all__ = ["load_pretrained", "from_config", "DTYPES", "SeddScoreModel", "SeddPretrainedTask", "lam_max_of", "MDLM_EPS"]
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 MDLM_EPS = 1e-3  # MDLM's log-linear schedule: masking probability (1 - eps) t (noise_schedule.LogLinearNoise)
@@ -106,17 +104,6 @@ class SeddPretrainedTask:
                 "lam_max": process.lam_max, "external": True, **getattr(self, "source", {})}
 
 
-def mean_logprobs(logits_BxLxV, mask_id: int):
-    """Log-probabilities of the clean token from a mean-parametrised network's raw output: the mask
-    logit at -inf (an absorbing-state denoiser never predicts the mask), then log-softmax. MDLM's
-    SUBS output is unchanged by it (its mask entry is already ~-1e6 below the rest, exp of which is
-    0 in float32); LLaDA's raw logits become its denoiser."""
-    V = logits_BxLxV.shape[-1]
-    if 0 <= mask_id < V:
-        logits_BxLxV = jnp.where(jnp.arange(V) == mask_id, -jnp.inf, logits_BxLxV)
-    return jax.nn.log_softmax(logits_BxLxV.astype(jnp.float32), axis=-1)
-
-
 def _encode(tok, path):
     if tok is None:
         def missing(text):
@@ -159,13 +146,15 @@ def load_pretrained(path, kind: str | None = None, *, tokenizer=None, estimator:
     name = tok_lib.name_of(tok_path) if tok_path is not None else "token ids"
     if loaded.output == "logits":
         t_conditioned = loaded.time_conditioned
+        # raw logits -> the denoiser's log-probabilities, where the port says how (LLaDA, Dream)
+        post = getattr(registry.architectures()[loaded.kind], "logprobs", None)
 
         def logprobs(params, x_BxL, t_B=None):
-            if t_conditioned:
-                sigma = -jnp.log1p(-jnp.minimum(t_B, 1.0 - MDLM_EPS))  # the schedule's end: sigma(1)
-            else:
-                sigma = jnp.zeros(x_BxL.shape[:1], jnp.float32)
-            return mean_logprobs(loaded.apply(params, x_BxL, sigma), loaded.mask_id)
+            if not t_conditioned:
+                out = loaded.apply(params, x_BxL, jnp.zeros(x_BxL.shape[:1], jnp.float32))
+                return out if post is None else post(out, loaded.mask_id)
+            sigma = -jnp.log1p(-jnp.minimum(t_B, 1.0 - MDLM_EPS))  # the schedule's end: sigma(1)
+            return loaded.apply(params, x_BxL, sigma)
 
         run = external.from_function(logprobs, vocab_size=loaded.vocab_size, mask_id=loaded.mask_id,
                                      seq_len=loaded.max_seq_len, encode=_encode(tok, path),
