@@ -47,7 +47,8 @@ def test_the_checkout_configs_are_the_shipped_ones():
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts == {name: f"infodiff.commands.{m}:run" for name, m in
                        [("infodiff-train", "train"), ("infodiff-evaluate", "evaluate"),
-                        ("infodiff-experiment", "experiment"), ("infodiff-lm-eval", "lm_eval")]}  # docs/harness.md
+                        ("infodiff-experiment", "experiment"), ("infodiff-lm-eval", "lm_eval"),
+                        ("infodiff-export", "export")]}  # docs/harness.md, docs/pretrained.md
 
 
 def _env():

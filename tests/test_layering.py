@@ -73,7 +73,7 @@ LAYERS = {
     "pretrained": 4,  # released checkpoints: ports (JAX), their files, and Runs over them (scoring, external)
     "harness": 6,
     "cli": 5, "__init__": 5,
-    "commands": 6, "experiments": 6,  # the installed commands; the paper's experiments (public API only)
+    "commands": 6, "experiments": 6, "__main__": 6,  # the installed commands; the paper's experiments (public API only)
 }
 
 

@@ -28,6 +28,7 @@ def checkpoint(tmp_path):
     return d
 
 
+@pytest.mark.slow  # ~35 s: two Runs compiled (rolling and multiple choice)
 def test_harness_pretrained_is_load_pretrained(checkpoint):
     from infodiff.harness import InfodiffLM
 

@@ -130,3 +130,4 @@ def test_tokenizer_problems_are_one_line(tmp_path):
         infodiff.load_pretrained(d, tokenizer=other)
     with pytest.raises(PretrainedError, match="neither a tokenizer.json"):
         infodiff.load_pretrained(d, tokenizer=tmp_path / "nothing")
+

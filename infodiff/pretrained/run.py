@@ -31,6 +31,7 @@ import ml_collections
 
 from infodiff import external, scoring
 from infodiff import pretrained as registry
+from infodiff.pretrained import native
 from infodiff.pretrained import tokenizer as tok_lib
 from infodiff.pretrained.base import Loaded, PretrainedError
 from infodiff.processes import score_entropy
@@ -113,8 +114,8 @@ def _encode(tok, path):
 
 
 def load_pretrained(path, kind: str | None = None, *, tokenizer=None, estimator: str | None = None,
-                    num_samples: int | None = None, batch_size: int = external.DEFAULT_BATCH_SIZE,
-                    seed: int = 0, dtype=jnp.float32) -> scoring.Run:
+                    num_samples: int | None = None, batch_size: int | None = None,
+                    seed: int | None = None, dtype=jnp.float32) -> scoring.Run:
     """A released checkpoint in directory ``path`` as a :class:`~infodiff.scoring.Run` (module docstring).
 
     Args:
@@ -124,13 +125,21 @@ def load_pretrained(path, kind: str | None = None, *, tokenizer=None, estimator:
         one, texts must be given as token-id sequences).
       estimator: masked models: one of ``scoring.SCORING_ESTIMATORS`` (default 'k_dce'); SEDD: 'imdse'.
       num_samples: Monte Carlo samples per window (default: masked 32, SEDD the I-MDSE estimator's
-        ``min_samples``, 128 absorb / 512 uniform graph, the fewest with a calibrated SE); batch_size: rows per estimator call; seed: the
-        default seed of every method; dtype: weights and compute (float32 or bfloat16).
+        ``min_samples``, 128 absorb / 512 uniform graph, the fewest with a calibrated SE; an exported
+        infodiff run: its ``eval.input_samples``); batch_size: rows per estimator call (default 256;
+        an exported run: its ``eval.batch_size``); seed: the default seed of every method (0; an
+        exported run: its ``eval.seed``); dtype: weights and compute (float32 or bfloat16).
     Raises:
       PretrainedError (a ValueError; one line): wrong directory, unknown kind, tensors that do not
       match the config, a tokenizer that is not the model's.
     """
     loaded = registry.load(path, kind, dtype)
+    if loaded.kind == native.MODEL_TYPE:  # an exported infodiff run: its own task, as load_run builds it
+        if tokenizer is not None:
+            raise PretrainedError("tokenizer= is not taken by an exported infodiff run: it has its own")
+        return _native_run(loaded, path, estimator, num_samples, batch_size, seed)
+    batch_size = external.DEFAULT_BATCH_SIZE if batch_size is None else batch_size
+    seed = 0 if seed is None else seed
     real_vocab = loaded.vocab_size - int(0 <= loaded.mask_id < loaded.vocab_size)
     tok_path = tok_lib.find(path, tokenizer)
     tok = None if tok_path is None else tok_lib.load(tok_path, real_vocab)
@@ -170,6 +179,24 @@ def load_pretrained(path, kind: str | None = None, *, tokenizer=None, estimator:
     run.task.source = {"kind": loaded.kind, "checkpoint": str(path)}
     run.apply = functools.partial(loaded.apply, loaded.params)  # (x_BxL, sigma_B) -> raw output
     run.pretrained_path = str(path)
+    return run
+
+
+def _native_run(loaded: Loaded, path, estimator, num_samples, batch_size, seed) -> scoring.Run:
+    """The Run of an exported infodiff run (:mod:`infodiff.pretrained.native`): its task, process,
+    denoiser and tokenizer as :func:`infodiff.load_run` builds them, with the exported parameters."""
+    task = loaded.info["task"]
+    ev = task.config.eval
+    process = task.scoring_process(str(estimator or ev.estimator))
+    S = num_samples or ev.get("input_samples", scoring.DEFAULT_INPUT_SAMPLES)
+    scoring.warn_few_samples(S, process, "num_samples")
+    config = ml_collections.ConfigDict(task.config.to_dict())
+    config.eval.seed = int(seed) if seed is not None else int(ev.seed)
+    den = task.denoiser(loaded.params)
+    run = scoring.Run(None, config, task, den, process, loaded.info["checkpoint_step"], S,
+                      batch_size or int(ev.batch_size), tokenizer=getattr(task, "tokenizer", scoring.TEXT8))
+    run.loaded, run.pretrained_path = loaded, str(path)
+    run.apply = functools.partial(loaded.apply, loaded.params)
     return run
 
 

@@ -4,7 +4,9 @@ Layouts read (what the hub's ``from_pretrained`` code writes):
   - ``model.safetensors`` (one file), or ``model.safetensors.index.json`` with its shards
     (``weight_map``: tensor name -> shard file), read with ``safetensors``' NumPy API (BF16
     tensors through its Flax API, kept as ``ml_dtypes.bfloat16`` NumPy arrays);
-  - a PyTorch file (``.ckpt``, ``.pth``, ``.bin``) only when ``torch`` is importable.
+  - a PyTorch file (``.ckpt``, ``.pth``, ``.bin``) holding a state dict (or one under ``state_dict``
+    / ``model``) only when ``torch`` is importable; a training checkpoint with an ``ema`` entry
+    (SEDD's checkpoint.pth, MDLM's Lightning .ckpt) is refused rather than read without its EMA.
 
 Every failure is a :class:`PretrainedError` with a one-line message naming the file or the first
 few tensors; nothing is returned half-read. :func:`check_shapes` compares the tensors with the
@@ -93,6 +95,9 @@ def _read_torch(file: pathlib.Path) -> dict[str, np.ndarray]:
         obj = torch.load(str(file), map_location="cpu", weights_only=False)
     except Exception as e:  # noqa: BLE001
         raise PretrainedError(f"{str(file)!r} is not a readable PyTorch checkpoint: {str(e).splitlines()[0]}") from None
+    if isinstance(obj, dict) and "ema" in obj:  # a training checkpoint: evaluation uses the EMA weights
+        raise PretrainedError(f"{str(file)!r} is a training checkpoint with EMA weights ('ema' entry), which this "
+                              f"reader does not apply: export the EMA weights to model.safetensors (the hub layout)")
     for key in ("state_dict", "model"):
         if isinstance(obj, dict) and isinstance(obj.get(key), dict):
             obj = obj[key]
