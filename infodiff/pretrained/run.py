@@ -194,7 +194,7 @@ def _native_run(loaded: Loaded, path, estimator, num_samples, batch_size, seed) 
     config.eval.seed = int(seed) if seed is not None else int(ev.seed)
     den = task.denoiser(loaded.params)
     run = scoring.Run(None, config, task, den, process, loaded.info["checkpoint_step"], S,
-                      batch_size or int(ev.batch_size), tokenizer=getattr(task, "tokenizer", scoring.TEXT8))
+                      batch_size or int(ev.batch_size), tokenizer=task.tokenizer or scoring.TEXT8)
     run.loaded, run.pretrained_path = loaded, str(path)
     run.apply = functools.partial(loaded.apply, loaded.params)
     return run
