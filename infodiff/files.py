@@ -24,7 +24,7 @@ from typing import BinaryIO, Callable
 
 import numpy as np
 
-__all__ = ["atomic_write", "atomic_write_bytes", "atomic_save_npy", "write_together", "clean_leftovers", "UNIT_DIR",
+__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_new", "atomic_save_npy", "write_together", "clean_leftovers", "UNIT_DIR",
            "UnitExistsError"]
 
 
@@ -49,6 +49,32 @@ def atomic_write(path: str, write: Callable[[BinaryIO], object]) -> None:
 def atomic_write_bytes(path: str, data: bytes) -> None:
     """Write the bytes ``data`` to ``path`` atomically (:func:`atomic_write`)."""
     atomic_write(path, lambda f: f.write(data))
+
+
+def atomic_write_new(path: str, data: bytes) -> str:
+    """Write ``data`` to a new file, atomically and never over another's: ``path``, or
+    ``<stem>-2<ext>``, ``-3``, ... when a file of that name exists (two writers in the same second
+    keep both files). The data is written and fsynced under a temporary name, then linked to the
+    free name (:func:`os.link` fails if the name exists: the kernel's check). Returns the path
+    written; raises what the write raised (no temporary file is left)."""
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    stem, ext = os.path.splitext(path)
+    try:
+        with open(tmp, "xb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        for n in range(1, 10_000):
+            name = path if n == 1 else f"{stem}-{n}{ext}"
+            try:
+                os.link(tmp, name)
+                return name
+            except FileExistsError:
+                continue
+        raise FileExistsError(errno.EEXIST, f"no free name beside {path}")
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def atomic_save_npy(path: str, arr: np.ndarray) -> None:

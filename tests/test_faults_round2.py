@@ -266,3 +266,56 @@ def test_json_errors_of_any_depth_or_size_are_one_line_with_file_and_line(tmp_pa
     with pytest.raises(ValueError, match=rf"^{f}{said}") as e:
         inputs.read_input(str(f))
     assert "\n" not in str(e.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The harness: one line for what evaluate.py says in one; output checked first, written atomically
+# ---------------------------------------------------------------------------------------------
+def _harness_main(monkeypatch, capsys, raise_in_run, argv):
+    pytest.importorskip("lm_eval")
+    import lm_eval.__main__ as lm_main
+
+    from infodiff import harness
+
+    ran = []
+
+    def fake_cli_evaluate():
+        ran.append(True)
+        if raise_in_run is not None:
+            raise raise_in_run
+
+    monkeypatch.setattr(lm_main, "cli_evaluate", fake_cli_evaluate)
+    monkeypatch.setattr("sys.argv", ["x"])
+    code = harness.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    return code, err, bool(ran)
+
+
+@pytest.mark.parametrize("exc, said", [
+    (IndexError("list index out of range"), r"^error: IndexError: list index out of range; a task's target"),
+    (__import__("infodiff.training.checkpoint", fromlist=["x"]).CheckpointError("no checkpoint in W passes "
+                                                                                 "verification"),
+     r"^error: CheckpointError: no checkpoint in W passes verification"),
+])
+def test_harness_errors_are_one_line(monkeypatch, capsys, exc, said):
+    import re
+
+    code, err, ran = _harness_main(monkeypatch, capsys, exc, ["--tasks", "t"])
+    assert code == 1 and ran and len(err) == 1 and re.search(said, err[0]), err
+
+
+def test_harness_output_path_that_is_a_file_is_refused_before_the_run(monkeypatch, capsys, tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    code, err, ran = _harness_main(monkeypatch, capsys, None, ["--tasks", "t", "--output_path", str(f)])
+    assert code == 1 and not ran and len(err) == 1 and "is a file, not a folder" in err[0]
+    assert f.read_text() == "x"
+
+
+def test_harness_files_are_new_and_atomic(tmp_path):
+    """Two writes of one name in one second keep both files (os.link: never over another's)."""
+    p = str(tmp_path / "infodiff_choices_T.json")
+    a, b = files_lib.atomic_write_new(p, b"1"), files_lib.atomic_write_new(p, b"2")
+    assert (a, b) == (p, str(tmp_path / "infodiff_choices_T-2.json"))
+    assert Path(a).read_bytes() == b"1" and Path(b).read_bytes() == b"2"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["infodiff_choices_T-2.json", "infodiff_choices_T.json"]
