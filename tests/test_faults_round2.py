@@ -319,3 +319,21 @@ def test_harness_files_are_new_and_atomic(tmp_path):
     assert (a, b) == (p, str(tmp_path / "infodiff_choices_T-2.json"))
     assert Path(a).read_bytes() == b"1" and Path(b).read_bytes() == b"2"
     assert sorted(x.name for x in tmp_path.iterdir()) == ["infodiff_choices_T-2.json", "infodiff_choices_T.json"]
+
+
+# ---------------------------------------------------------------------------------------------
+# A file over the size limit (ulimit -f): one StorageError line
+# ---------------------------------------------------------------------------------------------
+def test_file_too_large_is_a_storage_error():
+    import errno
+
+    from infodiff import cli
+    from infodiff.training import workdir as workdir_lib
+
+    e = workdir_lib.storage_error(OSError(errno.EFBIG, "File too large"), "/w/checkpoints", "save a checkpoint in")
+    assert isinstance(e, workdir_lib.StorageError) and e.errno == errno.EFBIG
+    assert str(e) == ("cannot save a checkpoint in /w/checkpoints: [Errno 27] File too large (EFBIG); a file would "
+                      "exceed the size limit (ulimit -f, or the file system's): raise it or use another --workdir")
+    ts = ValueError('OUT_OF_RANGE: Error writing "x/0.0" in OCDBT database: [OS error 27: File too large]')
+    assert workdir_lib.storage_error(ts, "/w").errno == errno.EFBIG  # TensorStore's text, as orbax raises it
+    assert cli._STORAGE_FAULT.search('[process=0] Failed ... (ValueError: OUT_OF_RANGE: Error writing "ema_params')
