@@ -337,3 +337,40 @@ def test_file_too_large_is_a_storage_error():
     ts = ValueError('OUT_OF_RANGE: Error writing "x/0.0" in OCDBT database: [OS error 27: File too large]')
     assert workdir_lib.storage_error(ts, "/w").errno == errno.EFBIG  # TensorStore's text, as orbax raises it
     assert cli._STORAGE_FAULT.search('[process=0] Failed ... (ValueError: OUT_OF_RANGE: Error writing "ema_params')
+
+
+# ---------------------------------------------------------------------------------------------
+# Byte runs: a leading BOM is not scored, and the report says so
+# ---------------------------------------------------------------------------------------------
+def test_byte_run_states_that_a_leading_bom_is_not_scored(tmp_path):
+    from infodiff import scoring
+    from infodiff.evaluation import inputs
+
+    with_bom, without = tmp_path / "a.txt", tmp_path / "b.txt"
+    with_bom.write_bytes(b"\xef\xbb\xbfhello\nworld\n")
+    without.write_bytes(b"hello\nworld\n")
+    notes_a, notes_b = [], []
+    a = inputs.read_input(str(with_bom), notes=notes_a, tokenizer=scoring.BYTES)
+    b = inputs.read_input(str(without), notes=notes_b, tokenizer=scoring.BYTES)
+    assert a == b and a[2]["text"][0] == "hello"  # the same rows, the same bytes scored
+    assert notes_b == [] and notes_a == [f"eval.input {with_bom}: its leading UTF-8 byte order mark (3 bytes, EF BB "
+                                         "BF) is not scored: it marks the encoding, not the text"]
+
+
+# ---------------------------------------------------------------------------------------------
+# A read-only output folder: the error says the listed files were not written either
+# ---------------------------------------------------------------------------------------------
+def test_read_only_folder_says_the_listed_rows_files_were_not_written(tmp_path, plain_format, monkeypatch):
+    import errno
+
+    from infodiff.training import workdir as workdir_lib
+    from tests.test_faults import _refuse_writes
+
+    out = tmp_path / "out"
+    _refuse_writes(monkeypatch, out, errno.EROFS)
+    rep = report_lib.Report(_rep(1), attachments={"rows.jsonl": b"{}", "rows.csv": b"", "rows.png": b""})
+    with pytest.raises(workdir_lib.StorageError, match=r"\[Errno 30\] .*; none of the files the report lists "
+                                                       r"\(rows\.jsonl, rows\.csv, rows\.png\) was written either$"):
+        report_lib.write_report(rep, str(out))
+    monkeypatch.undo()
+    assert not out.exists()

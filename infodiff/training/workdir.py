@@ -58,9 +58,10 @@ class StorageError(OSError):
     ``str(e)`` is one line naming the path and the errno; ``e.errno`` and ``e.filename`` are set.
     """
 
-    def __init__(self, errno: int, path: str, what: str = "write"):
+    def __init__(self, errno: int, path: str, what: str = "write", note: str = ""):
         name = errno_lib.errorcode.get(errno, str(errno))
         msg = f"cannot {what} {path}: [Errno {errno}] {os.strerror(errno)} ({name}); {_HINT.get(errno, '')}"
+        msg = f"{msg.rstrip('; ')}; {note}" if note else msg
         super().__init__(errno, msg.rstrip("; "))
         self.filename = path
         self._msg = msg.rstrip("; ")
