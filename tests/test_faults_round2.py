@@ -374,3 +374,18 @@ def test_read_only_folder_says_the_listed_rows_files_were_not_written(tmp_path, 
         report_lib.write_report(rep, str(out))
     monkeypatch.undo()
     assert not out.exists()
+
+
+def test_orbax_metadata_warning_beside_a_writer_is_silenced():
+    import logging
+
+    from infodiff.training import logs
+
+    f = logs._QuietLibraries()
+
+    def rec(msg, level=logging.WARNING, path="/x/site-packages/orbax/checkpoint/_src/metadata/checkpoint.py"):
+        return logging.LogRecord("absl", level, path, 1, msg, ("/w/checkpoints/5/_CHECKPOINT_METADATA",), None)
+
+    assert not f.filter(rec("Metadata file does not exist: %s"))
+    assert f.filter(rec("Failed to read Metadata file: %s", logging.ERROR))  # other orbax warnings still show
+    assert f.filter(rec("Metadata file does not exist: %s", path="/x/infodiff/evaluation/run.py"))
