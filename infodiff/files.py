@@ -346,8 +346,8 @@ def write_together(out_dir: str, files: dict, exclusive: bool = False) -> list[s
 
     ``exclusive``: the unit is committed only if no writer has committed one in ``out_dir``
     (checked at the commit, atomically: :func:`_swap_exclusive`); otherwise this write's files
-    are kept in ``.reports/kept-<version>/`` and :class:`UnitExistsError` is raised (files of an
-    older infodiff, not links, count as committed).
+    are kept in ``.reports/kept-<version>/`` and :class:`UnitExistsError` is raised (a first
+    file of an older infodiff, not a link, counts as committed; its other files are replaced).
 
     Raises OSError if out_dir is full, read-only or not writable (the caller names it:
     ``infodiff.training.workdir.storage_guard``); the files shown before stay as they were."""
@@ -374,8 +374,8 @@ def write_together(out_dir: str, files: dict, exclusive: bool = False) -> list[s
         raise
     try:
         if exclusive:
-            if any(os.path.isfile(os.path.join(out_dir, n)) and not os.path.islink(os.path.join(out_dir, n))
-                   for n in names):
+            first = os.path.join(out_dir, names[0])  # another file of an older infodiff is replaced, not adopted
+            if os.path.isfile(first) and not os.path.islink(first):
                 kept = os.path.join(base, KEPT + version)
                 os.rename(os.path.join(base, version), kept)
                 raise UnitExistsError(out_dir, "an older infodiff (plain files)", kept)
