@@ -14,6 +14,7 @@ import pytest
 
 from infodiff import files as files_lib
 from infodiff.evaluation import report as report_lib
+from tests.test_training import compilation_cache  # noqa: F401  (a fixture)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -389,3 +390,40 @@ def test_orbax_metadata_warning_beside_a_writer_is_silenced():
     assert not f.filter(rec("Metadata file does not exist: %s"))
     assert f.filter(rec("Failed to read Metadata file: %s", logging.ERROR))  # other orbax warnings still show
     assert f.filter(rec("Metadata file does not exist: %s", path="/x/infodiff/evaluation/run.py"))
+
+
+# ---------------------------------------------------------------------------------------------
+# As a user: two evaluate.py on one workdir at once (slow: a training and two evaluations)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_cli_two_evaluations_at_once_one_written_one_refused_nothing_lost(tmp_path, compilation_cache):
+    import subprocess
+    import sys
+
+    from tests.test_faults import REPO, _cli_env
+    from tests.test_training import PHRASE
+
+    text8 = tmp_path / "tiny_text8"
+    text8.write_text((PHRASE * 800)[:30000])
+    wd = tmp_path / "run"
+    env = _cli_env(compilation_cache)
+    subprocess.run([sys.executable, "train.py", "--config", "configs/masked_text.py", f"--workdir={wd}",
+                    f"--config.data.path={text8}", "--config.train.num_steps=2", "--config.model.num_layers=1",
+                    "--config.model.num_heads=2", "--config.model.width=32", "--config.data.seq_len=16",
+                    "--config.train.batch_size=8"], cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
+    procs = [subprocess.Popen([sys.executable, "evaluate.py", "--workdir", str(wd), f"--config.eval.seed={s}",
+                               "--config.eval.max_sequences=8"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for s in (1, 2)]
+    outs = [(p.wait(timeout=300), *p.communicate()) for p in procs]
+    codes = [o[0] for o in outs]
+    assert sorted(codes) == [0, 1], outs  # one written, one refused: never both "written"
+    win, lose = (outs[0], outs[1]) if codes[0] == 0 else (outs[1], outs[0])
+    assert "report written to" in win[1] and "report written" not in lose[1]
+    err = [ln for ln in lose[2].strip().splitlines() if ln.startswith("error: ")]
+    assert len(err) == 1 and "Traceback" not in lose[2], lose[2][-3000:]
+    shown = json.loads((wd / "report.json").read_text())["seed"]
+    kept = [p for p in (wd / ".reports").iterdir() if p.name.startswith("kept-")]
+    if err[0].startswith("error: UnitExistsError: "):  # the commits raced: the loser's files are kept
+        assert len(kept) == 1 and {shown, json.loads((kept[0] / "report.json").read_text())["seed"]} == {1, 2}
+    else:  # the loser started after the winner had written: refused before any work
+        assert "already holds a report" in err[0] and not kept
