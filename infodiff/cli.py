@@ -669,7 +669,8 @@ class _PlainFormatter:
 # What a failed write says (TensorStore's status, or the errno's name and text): a storage fault
 # infodiff reports itself, as one line naming the path and the errno (training.StorageError).
 _STORAGE_FAULT = re.compile(r"RESOURCE_EXHAUSTED|No space left on device|ENOSPC|Disk quota exceeded|EDQUOT|"
-                            r"Read-only file system|EROFS|Permission denied|EACCES|PERMISSION_DENIED")
+                            r"Read-only file system|EROFS|Permission denied|EACCES|PERMISSION_DENIED|"
+                            r"File too large|EFBIG|OUT_OF_RANGE: Error writing")
 
 
 class _OrbaxStorageErrors:

@@ -24,7 +24,7 @@ from typing import BinaryIO, Callable
 
 import numpy as np
 
-__all__ = ["atomic_write", "atomic_write_bytes", "atomic_save_npy", "write_together", "clean_leftovers", "UNIT_DIR",
+__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_new", "atomic_save_npy", "write_together", "clean_leftovers", "UNIT_DIR",
            "UnitExistsError"]
 
 
@@ -49,6 +49,32 @@ def atomic_write(path: str, write: Callable[[BinaryIO], object]) -> None:
 def atomic_write_bytes(path: str, data: bytes) -> None:
     """Write the bytes ``data`` to ``path`` atomically (:func:`atomic_write`)."""
     atomic_write(path, lambda f: f.write(data))
+
+
+def atomic_write_new(path: str, data: bytes) -> str:
+    """Write ``data`` to a new file, atomically and never over another's: ``path``, or
+    ``<stem>-2<ext>``, ``-3``, ... when a file of that name exists (two writers in the same second
+    keep both files). The data is written and fsynced under a temporary name, then linked to the
+    free name (:func:`os.link` fails if the name exists: the kernel's check). Returns the path
+    written; raises what the write raised (no temporary file is left)."""
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    stem, ext = os.path.splitext(path)
+    try:
+        with open(tmp, "xb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        for n in range(1, 10_000):
+            name = path if n == 1 else f"{stem}-{n}{ext}"
+            try:
+                os.link(tmp, name)
+                return name
+            except FileExistsError:
+                continue
+        raise FileExistsError(errno.EEXIST, f"no free name beside {path}")
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def atomic_save_npy(path: str, arr: np.ndarray) -> None:
@@ -320,8 +346,8 @@ def write_together(out_dir: str, files: dict, exclusive: bool = False) -> list[s
 
     ``exclusive``: the unit is committed only if no writer has committed one in ``out_dir``
     (checked at the commit, atomically: :func:`_swap_exclusive`); otherwise this write's files
-    are kept in ``.reports/kept-<version>/`` and :class:`UnitExistsError` is raised (files of an
-    older infodiff, not links, count as committed).
+    are kept in ``.reports/kept-<version>/`` and :class:`UnitExistsError` is raised (a first
+    file of an older infodiff, not a link, counts as committed; its other files are replaced).
 
     Raises OSError if out_dir is full, read-only or not writable (the caller names it:
     ``infodiff.training.workdir.storage_guard``); the files shown before stay as they were."""
@@ -348,8 +374,8 @@ def write_together(out_dir: str, files: dict, exclusive: bool = False) -> list[s
         raise
     try:
         if exclusive:
-            if any(os.path.isfile(os.path.join(out_dir, n)) and not os.path.islink(os.path.join(out_dir, n))
-                   for n in names):
+            first = os.path.join(out_dir, names[0])  # another file of an older infodiff is replaced, not adopted
+            if os.path.isfile(first) and not os.path.islink(first):
                 kept = os.path.join(base, KEPT + version)
                 os.rename(os.path.join(base, version), kept)
                 raise UnitExistsError(out_dir, "an older infodiff (plain files)", kept)

@@ -71,8 +71,10 @@ except ImportError as e:  # the optional extra
                       "(or pip install 'lm-eval>=0.4.13')") from e
 
 from infodiff import choices as choices_lib
+from infodiff import cli, files
 from infodiff import likelihood as lk
 from infodiff import scoring
+from infodiff.training import workdir as workdir_lib
 
 __all__ = ["InfodiffLM", "main"]
 
@@ -373,9 +375,13 @@ def _greedy_match(apply_fn, params, x_WxL, target_WxL, pad_WxL, *, V, steps):
 
 def main(argv=None) -> int:
     """``python -m infodiff.harness <lm-eval arguments> [--debug]``: lm-eval's command line with
-    the ``infodiff`` model registered (a bad workdir or model_args value: one line, exit 1; the
-    traceback with ``--debug``); after lm-eval's table, the multiple-choice decisions' summary
-    (and, with ``--output_path``, ``infodiff_choices.json`` there)."""
+    the ``infodiff`` model registered; after lm-eval's table, the multiple-choice decisions'
+    summary (and, with ``--output_path``, ``infodiff_choices_<time>.json`` there, and the rolling
+    and single requests' values). What evaluate.py says in one line is one line here too, exit 1
+    (the traceback with ``--debug``): a bad workdir or model_args value, checkpoints that fail
+    verification, a full or read-only output folder, a task's target index out of range. A bad
+    ``--output_path`` (a file, an unwritable folder) is refused before the run; the files are
+    written atomically under names no other run takes (:func:`infodiff.files.atomic_write_new`)."""
     from lm_eval.__main__ import cli_evaluate
 
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -390,42 +396,65 @@ def main(argv=None) -> int:
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
     sys.argv = ["lm-eval", *argv]
+    out = _output_path(argv)
     try:
+        folder = _check_output_folder(out) if out else None
         cli_evaluate()
-    except (FileNotFoundError, ValueError, TypeError) as e:
+        for lm in made:
+            _report(lm, folder)
+    except (*cli.user_error_types(), TypeError, IndexError) as e:
         if debug:
             raise
-        print(f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} (--debug: the traceback)",
-              file=sys.stderr)
+        hint = ("; a task's target (doc_to_target) may be out of range of its choices" if isinstance(e, IndexError)
+                else "")
+        sys.stdout.flush()
+        print(f"{cli.one_line(e)}{hint} (--debug: the traceback)", file=sys.stderr)
         return 1
     finally:
         InfodiffLM.__init__ = orig
-    for lm in made:
-        summary = lm.choice_summary()
-        out = _output_path(argv)
-        for name, recs in (("infodiff_rolling.json", lm.rolling_records), ("infodiff_single.json", lm.single_records)):
-            if recs and out:
-                folder = out if not out.endswith(".json") else os.path.dirname(out) or "."
-                os.makedirs(folder, exist_ok=True)
-                with open(os.path.join(folder, name.replace(".json", time.strftime("_%Y-%m-%dT%H-%M-%S.json"))), "w") as f:
-                    json.dump(recs, f, indent=1)
-        if not summary:
-            continue
-        print("\ninfodiff: multiple-choice decisions (Monte Carlo error of acc, beside lm-eval's acc_stderr "
-              "from the sample of questions)")
-        for task, s in summary.items():
-            print(f"  {task}: {s['questions']} questions, {s['fraction_decided']:.1%} decided at confidence "
-                  f"{s['confidence']}, {s['forward_passes_per_question_mean']:.1f} forward passes per question "
-                  f"(median {s['forward_passes_per_question_median']:.0f}), acc MC error "
-                  f"{s['accuracy_mc_stderr']:.4f}, expected flips {s['expected_flips']:.3g}")
-        if out:
-            os.makedirs(out if not out.endswith(".json") else os.path.dirname(out) or ".", exist_ok=True)
-            path = os.path.join(out if not out.endswith(".json") else os.path.dirname(out) or ".",
-                                f"infodiff_choices_{time.strftime('%Y-%m-%dT%H-%M-%S')}.json")
-            with open(path, "w") as f:
-                json.dump({"summary": summary, "questions": lm.records}, f, indent=1)
-            print(f"  written: {path}")
     return 0
+
+
+def _check_output_folder(out: str) -> str:
+    """The folder ``--output_path`` names (its parent for a path ending in .json); ValueError
+    before the run when it is a file or cannot be written (the nearest existing folder above)."""
+    folder = out if not out.endswith(".json") else os.path.dirname(out) or "."
+    d = os.path.abspath(folder)
+    while not os.path.lexists(d) and os.path.dirname(d) != d:
+        d = os.path.dirname(d)
+    if not os.path.isdir(d):
+        raise ValueError(f"--output_path {out!r}: {d!r} is a file, not a folder: give a folder (or a .json path in one)")
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise ValueError(f"--output_path {out!r}: the folder {d!r} is not writable: give a writable folder")
+    return folder
+
+
+def _write_json(folder: str, name: str, obj) -> str:
+    """``folder/<name>_<time>.json``, atomically, never over another run's (a storage fault: one
+    StorageError line)."""
+    path = os.path.join(folder, name + time.strftime("_%Y-%m-%dT%H-%M-%S.json"))
+    with workdir_lib.storage_guard(path):
+        os.makedirs(folder, exist_ok=True)
+        return files.atomic_write_new(path, json.dumps(obj, indent=1).encode("utf-8"))
+
+
+def _report(lm: "InfodiffLM", folder: str | None) -> None:
+    """Print one model's multiple-choice summary; with an output folder, write its records."""
+    summary = lm.choice_summary()
+    for name, recs in (("infodiff_rolling", lm.rolling_records), ("infodiff_single", lm.single_records)):
+        if recs and folder:
+            _write_json(folder, name, recs)
+    if not summary:
+        return
+    print("\ninfodiff: multiple-choice decisions (Monte Carlo error of acc, beside lm-eval's acc_stderr "
+          "from the sample of questions)")
+    for task, s in summary.items():
+        print(f"  {task}: {s['questions']} questions, {s['fraction_decided']:.1%} decided at confidence "
+              f"{s['confidence']}, {s['forward_passes_per_question_mean']:.1f} forward passes per question "
+              f"(median {s['forward_passes_per_question_median']:.0f}), acc MC error "
+              f"{s['accuracy_mc_stderr']:.4f}, expected flips {s['expected_flips']:.3g}")
+    if folder:
+        print(f"  written: {_write_json(folder, 'infodiff_choices', {'summary': summary, 'questions': lm.records})}")
 
 
 def _output_path(argv) -> str | None:

@@ -175,8 +175,9 @@ def test_split_evaluation_reports_bits_per_byte_and_refuses_a_rerun(byte_run, tm
     rep, out = evaluation.evaluate(cfg, str(byte_run))
     assert out == str(tmp_path / "split") and rep["units"]["bits"] == "bits per byte"
     assert rep["bits"] == pytest.approx(rep["nll"] / (16 * LN2), rel=1e-9)
-    assert os.path.exists(os.path.join(out, "training_curves.png"))
+    assert "training_curves.png" in rep.attachments  # written with the report, as one unit
     evaluation.write_report(rep, out)
+    assert os.path.exists(os.path.join(out, "training_curves.png"))
     with pytest.raises(ValueError, match="already holds a report"):
         evaluation.evaluate(cfg, str(byte_run))
 

@@ -14,6 +14,7 @@ import pytest
 
 from infodiff import files as files_lib
 from infodiff.evaluation import report as report_lib
+from tests.test_training import compilation_cache  # noqa: F401  (a fixture)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,3 +267,163 @@ def test_json_errors_of_any_depth_or_size_are_one_line_with_file_and_line(tmp_pa
     with pytest.raises(ValueError, match=rf"^{f}{said}") as e:
         inputs.read_input(str(f))
     assert "\n" not in str(e.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The harness: one line for what evaluate.py says in one; output checked first, written atomically
+# ---------------------------------------------------------------------------------------------
+def _harness_main(monkeypatch, capsys, raise_in_run, argv):
+    pytest.importorskip("lm_eval")
+    import lm_eval.__main__ as lm_main
+
+    from infodiff import harness
+
+    ran = []
+
+    def fake_cli_evaluate():
+        ran.append(True)
+        if raise_in_run is not None:
+            raise raise_in_run
+
+    monkeypatch.setattr(lm_main, "cli_evaluate", fake_cli_evaluate)
+    monkeypatch.setattr("sys.argv", ["x"])
+    code = harness.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    return code, err, bool(ran)
+
+
+@pytest.mark.parametrize("exc, said", [
+    (IndexError("list index out of range"), r"^error: IndexError: list index out of range; a task's target"),
+    (__import__("infodiff.training.checkpoint", fromlist=["x"]).CheckpointError("no checkpoint in W passes "
+                                                                                 "verification"),
+     r"^error: CheckpointError: no checkpoint in W passes verification"),
+])
+def test_harness_errors_are_one_line(monkeypatch, capsys, exc, said):
+    import re
+
+    code, err, ran = _harness_main(monkeypatch, capsys, exc, ["--tasks", "t"])
+    assert code == 1 and ran and len(err) == 1 and re.search(said, err[0]), err
+
+
+def test_harness_output_path_that_is_a_file_is_refused_before_the_run(monkeypatch, capsys, tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    code, err, ran = _harness_main(monkeypatch, capsys, None, ["--tasks", "t", "--output_path", str(f)])
+    assert code == 1 and not ran and len(err) == 1 and "is a file, not a folder" in err[0]
+    assert f.read_text() == "x"
+
+
+def test_harness_files_are_new_and_atomic(tmp_path):
+    """Two writes of one name in one second keep both files (os.link: never over another's)."""
+    p = str(tmp_path / "infodiff_choices_T.json")
+    a, b = files_lib.atomic_write_new(p, b"1"), files_lib.atomic_write_new(p, b"2")
+    assert (a, b) == (p, str(tmp_path / "infodiff_choices_T-2.json"))
+    assert Path(a).read_bytes() == b"1" and Path(b).read_bytes() == b"2"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["infodiff_choices_T-2.json", "infodiff_choices_T.json"]
+
+
+# ---------------------------------------------------------------------------------------------
+# A file over the size limit (ulimit -f): one StorageError line
+# ---------------------------------------------------------------------------------------------
+def test_file_too_large_is_a_storage_error():
+    import errno
+
+    from infodiff import cli
+    from infodiff.training import workdir as workdir_lib
+
+    e = workdir_lib.storage_error(OSError(errno.EFBIG, "File too large"), "/w/checkpoints", "save a checkpoint in")
+    assert isinstance(e, workdir_lib.StorageError) and e.errno == errno.EFBIG
+    assert str(e) == ("cannot save a checkpoint in /w/checkpoints: [Errno 27] File too large (EFBIG); a file would "
+                      "exceed the size limit (ulimit -f, or the file system's): raise it or use another --workdir")
+    ts = ValueError('OUT_OF_RANGE: Error writing "x/0.0" in OCDBT database: [OS error 27: File too large]')
+    assert workdir_lib.storage_error(ts, "/w").errno == errno.EFBIG  # TensorStore's text, as orbax raises it
+    assert cli._STORAGE_FAULT.search('[process=0] Failed ... (ValueError: OUT_OF_RANGE: Error writing "ema_params')
+
+
+# ---------------------------------------------------------------------------------------------
+# Byte runs: a leading BOM is not scored, and the report says so
+# ---------------------------------------------------------------------------------------------
+def test_byte_run_states_that_a_leading_bom_is_not_scored(tmp_path):
+    from infodiff import scoring
+    from infodiff.evaluation import inputs
+
+    with_bom, without = tmp_path / "a.txt", tmp_path / "b.txt"
+    with_bom.write_bytes(b"\xef\xbb\xbfhello\nworld\n")
+    without.write_bytes(b"hello\nworld\n")
+    notes_a, notes_b = [], []
+    a = inputs.read_input(str(with_bom), notes=notes_a, tokenizer=scoring.BYTES)
+    b = inputs.read_input(str(without), notes=notes_b, tokenizer=scoring.BYTES)
+    assert a == b and a[2]["text"][0] == "hello"  # the same rows, the same bytes scored
+    assert notes_b == [] and notes_a == [f"eval.input {with_bom}: its leading UTF-8 byte order mark (3 bytes, EF BB "
+                                         "BF) is not scored: it marks the encoding, not the text"]
+
+
+# ---------------------------------------------------------------------------------------------
+# A read-only output folder: the error says the listed files were not written either
+# ---------------------------------------------------------------------------------------------
+def test_read_only_folder_says_the_listed_rows_files_were_not_written(tmp_path, plain_format, monkeypatch):
+    import errno
+
+    from infodiff.training import workdir as workdir_lib
+    from tests.test_faults import _refuse_writes
+
+    out = tmp_path / "out"
+    _refuse_writes(monkeypatch, out, errno.EROFS)
+    rep = report_lib.Report(_rep(1), attachments={"rows.jsonl": b"{}", "rows.csv": b"", "rows.png": b""})
+    with pytest.raises(workdir_lib.StorageError, match=r"\[Errno 30\] .*; none of the files the report lists "
+                                                       r"\(rows\.jsonl, rows\.csv, rows\.png\) was written either$"):
+        report_lib.write_report(rep, str(out))
+    monkeypatch.undo()
+    assert not out.exists()
+
+
+def test_orbax_metadata_warning_beside_a_writer_is_silenced():
+    import logging
+
+    from infodiff.training import logs
+
+    f = logs._QuietLibraries()
+
+    def rec(msg, level=logging.WARNING, path="/x/site-packages/orbax/checkpoint/_src/metadata/checkpoint.py"):
+        return logging.LogRecord("absl", level, path, 1, msg, ("/w/checkpoints/5/_CHECKPOINT_METADATA",), None)
+
+    assert not f.filter(rec("Metadata file does not exist: %s"))
+    assert f.filter(rec("Failed to read Metadata file: %s", logging.ERROR))  # other orbax warnings still show
+    assert f.filter(rec("Metadata file does not exist: %s", path="/x/infodiff/evaluation/run.py"))
+
+
+# ---------------------------------------------------------------------------------------------
+# As a user: two evaluate.py on one workdir at once (slow: a training and two evaluations)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_cli_two_evaluations_at_once_one_written_one_refused_nothing_lost(tmp_path, compilation_cache):
+    import subprocess
+    import sys
+
+    from tests.test_faults import REPO, _cli_env
+    from tests.test_training import PHRASE
+
+    text8 = tmp_path / "tiny_text8"
+    text8.write_text((PHRASE * 800)[:30000])
+    wd = tmp_path / "run"
+    env = _cli_env(compilation_cache)
+    subprocess.run([sys.executable, "train.py", "--config", "configs/masked_text.py", f"--workdir={wd}",
+                    f"--config.data.path={text8}", "--config.train.num_steps=2", "--config.model.num_layers=1",
+                    "--config.model.num_heads=2", "--config.model.width=32", "--config.data.seq_len=16",
+                    "--config.train.batch_size=8"], cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
+    procs = [subprocess.Popen([sys.executable, "evaluate.py", "--workdir", str(wd), f"--config.eval.seed={s}",
+                               "--config.eval.max_sequences=8"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for s in (1, 2)]
+    outs = [(p.wait(timeout=300), *p.communicate()) for p in procs]
+    codes = [o[0] for o in outs]
+    assert sorted(codes) == [0, 1], outs  # one written, one refused: never both "written"
+    win, lose = (outs[0], outs[1]) if codes[0] == 0 else (outs[1], outs[0])
+    assert "report written to" in win[1] and "report written" not in lose[1]
+    err = [ln for ln in lose[2].strip().splitlines() if ln.startswith("error: ")]
+    assert len(err) == 1 and "Traceback" not in lose[2], lose[2][-3000:]
+    shown = json.loads((wd / "report.json").read_text())["seed"]
+    kept = [p for p in (wd / ".reports").iterdir() if p.name.startswith("kept-")]
+    if err[0].startswith("error: UnitExistsError: "):  # the commits raced: the loser's files are kept
+        assert len(kept) == 1 and {shown, json.loads((kept[0] / "report.json").read_text())["seed"]} == {1, 2}
+    else:  # the loser started after the winner had written: refused before any work
+        assert "already holds a report" in err[0] and not kept

@@ -72,32 +72,16 @@ def test_evaluate_writes_training_curves_beside_the_report(tmp_path):
     rep, out = evaluation.evaluate(cfg, str(wd))
     png = str(wd / "training_curves.png")
     assert rep["plots"] == [png] and rep["plot_notes"] == []
+    assert not os.path.exists(png)  # drawn into the report's unit: written with report.json, not before
+    jpath, tpath = evaluation.write_report(rep, out)
     width, height = _png_size(png)
     assert (width, height) == (1210, 792) and os.path.getsize(png) > 30_000
-    jpath, tpath = evaluation.write_report(rep, out)
+    assert os.readlink(png) == os.path.join(".reports", "current", "training_curves.png")  # one unit
     assert os.path.dirname(jpath) == os.path.dirname(png)  # beside report.json
     assert json.load(open(jpath))["plots"] == [png]
     assert f"plot: {png}" in open(tpath).read()
-
-    # The figure carries the mtime of the metrics.jsonl it was drawn from and is then kept;
-    # one with any other mtime (older, or from a clock ahead) is drawn again.
-    metrics_ns = os.stat(wd / "metrics.jsonl").st_mtime_ns
-    assert os.stat(png).st_mtime_ns == metrics_ns
-    with open(png, "ab") as f:
-        f.write(b"kept")  # marks this file; the mtime is put back
-    os.utime(png, ns=(metrics_ns, metrics_ns))
-    cfg.eval.overwrite = True  # the report written above is replaced by each evaluation below
-    rep, _ = evaluation.evaluate(cfg, str(wd))
-    assert rep["plots"] == [png] and open(png, "rb").read().endswith(b"kept")
-    for offset_s in (-10, 7200):
-        os.utime(png, ns=(metrics_ns, metrics_ns + offset_s * 10**9))
-        rep, _ = evaluation.evaluate(cfg, str(wd))
-        assert rep["plots"] == [png] and os.stat(png).st_mtime_ns == metrics_ns
-        assert not open(png, "rb").read().endswith(b"kept") and _png_size(png) == (1210, 792)
-        with open(png, "ab") as f:
-            f.write(b"kept")
-        os.utime(png, ns=(metrics_ns, metrics_ns))
     assert sorted(p.name for p in wd.iterdir() if p.name.endswith(".tmp")) == []
+    cfg.eval.overwrite = True  # the report written above is replaced by each evaluation below
 
     # Without validation records, or without metrics.jsonl, the evaluation goes on, with a note.
     os.remove(png)

@@ -58,10 +58,15 @@ _KINDS = {("prompt", "response"): "pairs", ("a", "b", "prompt"): "ratios"}
 
 
 def _decode_bytes(path: str, data: bytes, notes: list | None) -> str:
-    """The text of a user file for a byte run: UTF-8 (a BOM is dropped), bytes that are not UTF-8
-    kept as lone surrogates (``errors='surrogateescape'``), so :data:`infodiff.scoring.BYTES` scores the
-    file's own bytes; a note names the lines that are not UTF-8."""
+    """The text of a user file for a byte run: UTF-8, bytes that are not UTF-8 kept as lone
+    surrogates (``errors='surrogateescape'``), so :data:`infodiff.scoring.BYTES` scores the file's
+    own bytes; a note names the lines that are not UTF-8. A leading byte order mark (EF BB BF)
+    is not scored (it marks the encoding, not the text; a file saved with and without one scores
+    the same), and a note says so."""
     text = data.decode("utf-8-sig", errors="surrogateescape")
+    if data.startswith(b"\xef\xbb\xbf") and notes is not None:
+        notes.append(f"eval.input {path}: its leading UTF-8 byte order mark (3 bytes, EF BB BF) is not scored: it "
+                     "marks the encoding, not the text")
     bad = []
     for i, raw in enumerate(data.split(b"\n"), 1):
         try:

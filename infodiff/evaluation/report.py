@@ -1290,6 +1290,12 @@ def write_report(report: dict, out_dir: str, exclusive: bool = False) -> tuple[s
     try:
         with workdir_lib.storage_guard(os.path.join(out_dir, "report.json")):
             paths = files_lib.write_together(out_dir, files, exclusive=exclusive)
+    except workdir_lib.StorageError as e:
+        extra = [n for n in files if n not in ("report.json", "report.txt")]
+        if not extra:
+            raise
+        raise workdir_lib.StorageError(e.errno, e.filename, note=f"none of the files the report lists ({', '.join(extra)}) "
+                                       "was written either") from e
     except files_lib.UnitExistsError as e:
         raise e.with_hint("the report printed above is this evaluation's: give each evaluation its own "
                           "--config.eval.output_dir, or pass --config.eval.overwrite=True to let the newest replace "

@@ -10,6 +10,7 @@ the only reader of ``config.process.name``); the Monte Carlo work is
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -40,13 +41,6 @@ def _check_saved_config(config, workdir: str) -> None:
             "(only eval.* may be overridden: give --workdir W without --config)")
 
 
-def _mtime_ns(path: str) -> int | None:
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return None
-
-
 def output_dir(config: ml_collections.ConfigDict, workdir: str) -> str:
     """Where a trained run's evaluation writes: ``eval.output_dir`` if set, else the workdir (a
     split) or :func:`infodiff.evaluation.inputs.default_out_dir` (``eval.input``)."""
@@ -58,33 +52,24 @@ def output_dir(config: ml_collections.ConfigDict, workdir: str) -> str:
     return str(ev.get("output_dir", "") or "") or workdir
 
 
-def _training_curves(task, workdir: str, out_dir: str | None = None) -> tuple[list, list]:
-    """Draw ``workdir/training_curves.png`` from ``workdir/metrics.jsonl``: ``([its path], [])``,
-    or ``([], [why not])`` (no metrics.jsonl, no validation record, an unwritable workdir: the
-    evaluation goes on, and the reason is logged and kept in the report's ``plot_notes``). The
-    figure's mtime is set to that of the metrics.jsonl read for it, and a figure whose mtime
-    equals metrics.jsonl's is kept as it is (drawing took 1 s of a 13 s evaluation): an append
-    to metrics.jsonl since, also one while the figure was being drawn, redraws it, unless it
-    fell within the same tick of the file system's clock as the read."""
+def _training_curves(task, workdir: str, out_dir: str | None = None) -> tuple[list, list, dict]:
+    """``training_curves.png`` of ``workdir/metrics.jsonl``, drawn into memory to be written with
+    the report as one unit (:func:`report.write_report`: after a kill at any moment the figure and
+    report.json are from the same evaluation): ``([its path in out_dir], [], {name: PNG bytes})``,
+    or ``([], [why not], {})`` (no metrics.jsonl, no validation record: the evaluation goes on,
+    and the reason is logged and kept in the report's ``plot_notes``)."""
     png = os.path.join(out_dir or workdir, "training_curves.png")
     metrics = os.path.join(workdir, "metrics.jsonl")
-    read_ns = _mtime_ns(metrics)
-    if read_ns is not None and _mtime_ns(png) == read_ns:
-        return [png], []
     from infodiff.evaluation import plots as plots_lib
 
+    buf = io.BytesIO()
     try:
-        plots_lib.training_curves_png(png, metrics, task.units, task.train_loss_is_nll)
+        plots_lib.training_curves_png(buf, metrics, task.units, task.train_loss_is_nll)
     except (OSError, ValueError) as e:
         note = f"training_curves.png not drawn: {e}"
         training.log(logging.warning, "%s", note)
-        return [], [note]
-    if read_ns is not None and parallel.is_primary():
-        try:
-            os.utime(png, ns=(time.time_ns(), read_ns))
-        except OSError:
-            pass  # drawn; the next evaluation draws it again
-    return [png], []
+        return [], [note], {}
+    return [png], [], {"training_curves.png": buf.getvalue()}
 
 
 def _draw(figures: list, workdir: str) -> list[str]:
@@ -119,7 +104,8 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str, out_dir: s
     outside eval.*, ValueError for bad eval settings (before any work).
 
     ``nll`` is the trained network's NELBO, an upper bound on its own -log p (``bound``
-    ``'nelbo'``, :data:`report.BOUNDS`). Figures go to ``out_dir`` (default the workdir).
+    ``'nelbo'``, :data:`report.BOUNDS`). Figures go to ``out_dir`` (default the workdir);
+    training_curves.png is returned as an attachment of the :class:`report.Report`, written with it.
     """
     t0 = time.time()
     ev = config.eval
@@ -154,8 +140,8 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str, out_dir: s
     if parallel.is_primary():
         os.makedirs(out_dir, exist_ok=True)
     plots = _draw(figures, out_dir)
-    curves, notes = _training_curves(task, workdir, out_dir)
-    return report_lib.NetworkReport(
+    curves, notes, attachments = _training_curves(task, workdir, out_dir)
+    return report_lib.Report(report_lib.NetworkReport(
         process=task.process_info(process), units=u,
         workdir=os.path.abspath(workdir), checkpoint_step=int(meta["step"]),
         params="ema" if bool(ev.use_ema) else "raw", data=data_info,
@@ -174,7 +160,7 @@ def evaluate_network(config: ml_collections.ConfigDict, workdir: str, out_dir: s
         extras=extras, plots=plots + curves, plot_notes=notes, **blocks,
         **report_lib.common(config, int(ev.seed), t0, checkpoint=provenance.checkpoint_info(meta),
                             data={"name": data_info.get("name"), "split": data_info.get("split"),
-                                  "sha256": data_info.get("checksum")})).to_dict()
+                                  "sha256": data_info.get("checksum")})).to_dict(), attachments=attachments)
 
 
 def evaluate_oracle(config: ml_collections.ConfigDict) -> dict:

@@ -26,10 +26,15 @@ def log(fn: Callable, msg: str, *args) -> None:
 logging.ABSLLogger.register_frame_to_skip(__file__, "log")  # report the caller's line
 
 _NOISY = ("/orbax/", "/jax/", "/jaxlib/", "/flax/", "/etils/", "/tensorstore/")
+# orbax warnings that say nothing infodiff does not say itself: a reader beside a writer finds a
+# checkpoint's metadata gone (deleted by keep_checkpoints, or not yet finalized); infodiff lists the
+# checkpoints again and verifies each it reads (infodiff.training.checkpoint), naming a damaged one.
+_DROPPED = ("Metadata file does not exist",)
 
 
 class _QuietLibraries(logging_std.Filter):
-    """Drop sub-WARNING absl records emitted from library code (orbax logs every save step), and
+    """Drop sub-WARNING absl records emitted from library code (orbax logs every save step) and
+    orbax's warnings of :data:`_DROPPED`, and
     shorten the tracebacks library code attaches to its warnings and errors to one line (a
     failed save is reported once, as a one-line StorageError / CheckpointError, by infodiff)."""
 
@@ -38,6 +43,8 @@ class _QuietLibraries(logging_std.Filter):
         if not any(s in path for s in _NOISY):
             return True
         if record.levelno < logging_std.WARNING:
+            return False
+        if record.levelno == logging_std.WARNING and str(record.msg).startswith(_DROPPED):
             return False
         if record.exc_info and record.exc_info[1] is not None:
             e = record.exc_info[1]

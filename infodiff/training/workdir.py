@@ -36,9 +36,9 @@ __all__ = ["LOCK_NAME", "STORAGE_ERRNOS", "StorageError", "WorkdirLockedError", 
 LOCK_NAME = "train.lock"
 TMP_MARKER = ".orbax-checkpoint-tmp"
 # errnos that mean "this storage cannot take the write", not a bug: full, quota, read-only,
-# permission, I/O error.
+# permission, I/O error, a file over the size limit (ulimit -f, or the file system's).
 STORAGE_ERRNOS = {errno_lib.ENOSPC, errno_lib.EDQUOT, errno_lib.EROFS, errno_lib.EACCES,
-                  errno_lib.EPERM, errno_lib.EIO}
+                  errno_lib.EPERM, errno_lib.EIO, errno_lib.EFBIG}
 _TEXT_ERRNOS = {os.strerror(e): e for e in STORAGE_ERRNOS}
 _HINT = {
     errno_lib.ENOSPC: "free space on that filesystem or use another --workdir",
@@ -47,6 +47,8 @@ _HINT = {
     errno_lib.EACCES: "no permission to write there: use a writable --workdir",
     errno_lib.EPERM: "no permission to write there: use a writable --workdir",
     errno_lib.EIO: "the storage reported an I/O error: check the device",
+    errno_lib.EFBIG: "a file would exceed the size limit (ulimit -f, or the file system's): raise it or use "
+                     "another --workdir",
 }
 
 
@@ -56,9 +58,10 @@ class StorageError(OSError):
     ``str(e)`` is one line naming the path and the errno; ``e.errno`` and ``e.filename`` are set.
     """
 
-    def __init__(self, errno: int, path: str, what: str = "write"):
+    def __init__(self, errno: int, path: str, what: str = "write", note: str = ""):
         name = errno_lib.errorcode.get(errno, str(errno))
         msg = f"cannot {what} {path}: [Errno {errno}] {os.strerror(errno)} ({name}); {_HINT.get(errno, '')}"
+        msg = f"{msg.rstrip('; ')}; {note}" if note else msg
         super().__init__(errno, msg.rstrip("; "))
         self.filename = path
         self._msg = msg.rstrip("; ")
