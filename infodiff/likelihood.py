@@ -398,12 +398,11 @@ def estimate(process, denoiser, xs_NxBxL, target_BxL, key, num_samples: int, bat
     b_chunk, s_chunk = chunk_shape(process.chunk_order, B, num_samples, batch_size, per)
     out = np.zeros((N, B, num_samples), np.float64)
     bar = None
-    if progress and jax.process_index() == 0:  # one bar in a multi-process run
-        import tqdm  # progress bar with ETA on long evaluations
+    if progress and jax.process_index() == 0:  # one bar in a multi-process run, on a terminal
+        from infodiff import progress as progress_lib  # progress bar with ETA on long evaluations
 
         n_calls = math.ceil(B / b_chunk) * math.ceil(num_samples / s_chunk) * (N if independent else 1)
-        bar = tqdm.tqdm(total=n_calls, desc=desc or f"{process.estimator} ({B} seq x {num_samples} MC)",
-                        unit="batch")
+        bar = progress_lib.bar(n_calls, desc or f"{process.estimator} ({B} seq x {num_samples} MC)", "batch")
     try:
         for b0 in range(0, B, b_chunk):
             b1 = min(B, b0 + b_chunk)
