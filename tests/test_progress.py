@@ -44,7 +44,12 @@ def _run(stderr_is_tty: bool) -> str:
 
 
 def test_bar_on_a_terminal_even_of_size_zero():
-    assert os.get_terminal_size(pty.openpty()[1]).columns == 0  # what the test relies on
+    master, slave = pty.openpty()
+    try:
+        assert os.get_terminal_size(slave).columns == 0  # what the test relies on
+    finally:
+        os.close(master)
+        os.close(slave)
     out = _run(True)
     assert "demo: 100%" in out and "4/4" in out and "loss=1.5, bpc=2.0000" in out, out
 
