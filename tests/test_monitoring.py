@@ -33,6 +33,7 @@ def _jsonl_curve(workdir, split, name) -> list:
     return [(r["step"], r["metrics"][name]) for r in read_metrics(workdir) if r["split"] == split]
 
 
+@pytest.mark.slow  # two short training runs: 25 s alone, 80 s on busy cores
 def test_tensorboard_mirrors_metrics_across_resume(tmp_path):
     pytest.importorskip("tensorboard")
     wd = tmp_path / "run"
