@@ -282,10 +282,13 @@ class InfodiffLM(LM):
             if self.interval_orders:
                 oi = self.run.nll_interval([texts[i] for i in nonempty], orders=self.interval_orders,
                                            seed=seed, nelbo=est)
+            passes = est.info.get("forward_passes_per_row")
             for k, i in enumerate(nonempty):
                 out[i] = -float(est.mean[k])
-                rec = {"doc": i, "tokens": int(len(ids[i])), "nelbo": float(est.mean[k]),
-                       "nelbo_stderr": float(est.stderr[k])}
+                rec = {"task": getattr(requests[i], "task_name", None) or "", "doc": i,
+                       "tokens": int(len(ids[i])), "bytes": len(texts[i].encode("utf-8")),
+                       "nelbo": float(est.mean[k]), "nelbo_stderr": float(est.stderr[k]),
+                       "forward_passes": int(passes[k]) if passes is not None else int(est.forward_passes)}
                 if oi is not None:
                     rec.update(lower=float(oi.lower[k]), upper=float(oi.upper[k]), level=float(oi.level))
                 self.rolling_records.append(rec)
@@ -329,6 +332,26 @@ class InfodiffLM(LM):
         raise ValueError(f"generate_until cannot decode the {self.run.tokenizer.name!r} tokenizer's ids")
 
     # -- what lm-eval does not report --------------------------------------------------------------
+    def rolling_summary(self) -> dict:
+        """Per task of ``loglikelihood_rolling`` requests (perplexity tasks): documents, bytes,
+        ``bits_per_byte`` as lm-eval defines it (the summed NELBO over the summed UTF-8 bytes,
+        / ln 2) with its Monte Carlo error ``bits_per_byte_mc_stderr`` (the documents' draws are
+        independent: sqrt of the summed squared SEs, same scaling), the totals ``total_nats`` ±
+        ``total_stderr`` and ``forward_passes``. lm-eval's own table prints
+        ``bits_per_byte ± N/A``: it has no per-document error for this metric."""
+        out = {}
+        for task in sorted({r.get("task", "") for r in self.rolling_records}):
+            rs = [r for r in self.rolling_records if r.get("task", "") == task]
+            nats = float(sum(r["nelbo"] for r in rs))
+            se = float(np.sqrt(sum(r["nelbo_stderr"] ** 2 for r in rs)))
+            nbytes = int(sum(r["bytes"] for r in rs))
+            scale = 1.0 / (max(nbytes, 1) * np.log(2.0))
+            out[task] = {"documents": len(rs), "bytes": nbytes, "total_nats": nats, "total_stderr": se,
+                         "bits_per_byte": nats * scale, "bits_per_byte_mc_stderr": se * scale,
+                         "forward_passes": int(sum(r["forward_passes"] for r in rs)),
+                         "samples_per_window": int(self.run.num_samples)}
+        return out
+
     def choice_summary(self, accuracy_by_task: dict | None = None) -> dict:
         """Per task: questions, fraction decided, forward passes per question (mean, median),
         expected flips and the Monte Carlo error of the accuracy (module docstring)."""
@@ -441,6 +464,7 @@ def _write_json(folder: str, name: str, obj) -> str:
 def _report(lm: "InfodiffLM", folder: str | None) -> None:
     """Print one model's multiple-choice summary; with an output folder, write its records."""
     summary = lm.choice_summary()
+    _print_rolling_summary(lm.rolling_summary())
     for name, recs in (("infodiff_rolling", lm.rolling_records), ("infodiff_single", lm.single_records)):
         if recs and folder:
             _write_json(folder, name, recs)
@@ -455,6 +479,19 @@ def _report(lm: "InfodiffLM", folder: str | None) -> None:
               f"{s['accuracy_mc_stderr']:.4f}, expected flips {s['expected_flips']:.3g}")
     if folder:
         print(f"  written: {_write_json(folder, 'infodiff_choices', {'summary': summary, 'questions': lm.records})}")
+
+
+def _print_rolling_summary(summary: dict) -> None:
+    """After lm-eval's table: each perplexity task's bits per byte ± its Monte Carlo error."""
+    if not summary:
+        return
+    print("\ninfodiff: rolling likelihood (bits per byte of the NELBO, an upper bound; ± its Monte Carlo "
+          "error, where lm-eval's table says N/A)")
+    for task, s in summary.items():
+        print(f"  {task or 'rolling'}: bits_per_byte {s['bits_per_byte']:.4f} ± {s['bits_per_byte_mc_stderr']:.4f} "
+              f"(MC), {s['documents']} documents, {s['bytes']} bytes, {s['total_nats']:.2f} ± "
+              f"{s['total_stderr']:.2f} nats, {s['forward_passes']} forward passes "
+              f"({s['samples_per_window']} samples per window)")
 
 
 def _output_path(argv) -> str | None:

@@ -403,12 +403,12 @@ def estimate(process, denoiser, xs_NxBxL, target_BxL, key, num_samples: int, bat
     b_chunk, s_chunk = chunk_shape(process.chunk_order, B, num_samples, batch_size, per)
     out = np.zeros((N, B, num_samples), np.float64)
     bar = None
-    if progress and jax.process_index() == 0:  # one bar in a multi-process run
-        import tqdm  # progress bar with ETA on long evaluations
+    if progress and jax.process_index() == 0:  # one bar in a multi-process run, on a terminal
+        from infodiff import progress as progress_lib  # progress bar with ETA on long evaluations
 
         n_calls = math.ceil(B / b_chunk) * math.ceil(num_samples / s_chunk) * (N if independent else 1)
-        bar = tqdm.tqdm(total=n_calls, desc=desc or f"{process.estimator} ({B} seq x {num_samples} MC)",
-                        unit="batch")
+        bar = progress_lib.bar(n_calls, desc or f"{process.estimator} ({B} seq x {num_samples} MC)", "batch")
+    shown = (0.0, 0)  # the bar's running (nats, tokens)
     try:
         for b0 in range(0, B, b_chunk):
             b1 = min(B, b0 + b_chunk)
@@ -427,6 +427,9 @@ def estimate(process, denoiser, xs_NxBxL, target_BxL, key, num_samples: int, bat
                     interrupts.raise_if_new(interrupts_before)
                     if bar is not None:
                         bar.update(1)
+            if bar is not None and not bar.disable:  # rows b0:b1 done: the running mean so far
+                shown = _progress_postfix(bar, out[0, b0:b1], (target_BxL if target_BxL.ndim == 2
+                                                               else target_BxL[0])[b0:b1], b1, shown)
     finally:  # closed before an error or Ctrl-C is reported below it
         if bar is not None:
             bar.close()
@@ -437,6 +440,22 @@ def estimate(process, denoiser, xs_NxBxL, target_BxL, key, num_samples: int, bat
             f"the denoiser {process.denoiser_inputs} returned -inf/NaN (or <= 0) where the data "
             "has mass")
     return out
+
+
+def _progress_postfix(bar, new_BxS: np.ndarray, target_BxL: np.ndarray, b1: int,
+                      shown: tuple = (0.0, 0)) -> tuple:
+    """The bar's postfix after rows ``.. b1`` are scored: the Monte Carlo part of -log p of the
+    rows so far, nats per sequence and bits per scored token (display only; the exact terms are
+    added after). ``new_BxS`` / ``target_BxL``: the rows just scored; ``shown``: (nats, tokens)
+    of the rows before them. Returns the running (nats, tokens)."""
+    nats = shown[0] + float(new_BxS.mean(axis=1).sum())
+    target = np.asarray(target_BxL)
+    tokens = shown[1] + (int(target.sum()) if target.dtype == bool else 0)
+    post = {"nats/seq": f"{nats / max(b1, 1):.4g}"}
+    if tokens:
+        post["bits/token"] = f"{nats / (tokens * math.log(2.0)):.4f}"
+    bar.set_postfix(post, refresh=False)
+    return nats, tokens
 
 
 # ---------------------------------------------------------------------------------------------

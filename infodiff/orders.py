@@ -190,9 +190,9 @@ def _in_calls(call, N: int, chunk: int, tail: tuple, progress: bool, desc: str) 
     out = np.zeros((N, *tail), np.float64)
     bar = None
     if progress and jax.process_index() == 0:
-        import tqdm
+        from infodiff import progress as progress_lib  # on a terminal only
 
-        bar = tqdm.tqdm(total=-(-N // chunk), desc=desc, unit="batch")
+        bar = progress_lib.bar(-(-N // chunk), desc, "batch")
     for r0 in range(0, N, chunk):
         k = min(chunk, N - r0)
         out[r0:r0 + k] = np.asarray(call(np.arange(r0, r0 + chunk) % N), np.float64)[:k]

@@ -64,7 +64,7 @@ def test_matplotlib_only_where_plots_are_drawn():
 # Each top-level part of the library and its layer; a module imports only its own layer or lower.
 LAYERS = {
     "validation": 0, "schedules": 0, "denoisers": 0, "interrupts": 0, "supervise": 0, "files": 0,
-    "config_rules": 0, "provenance": 0, "configs": 0,
+    "config_rules": 0, "provenance": 0, "configs": 0, "progress": 0,
     "processes": 1, "oracles": 1, "count_oracles": 1, "parallel": 1,
     "likelihood": 2, "orders": 2, "networks": 2, "data": 2, "poisson_moments": 2,
     "tasks": 3,

@@ -33,6 +33,7 @@ def _jsonl_curve(workdir, split, name) -> list:
     return [(r["step"], r["metrics"][name]) for r in read_metrics(workdir) if r["split"] == split]
 
 
+@pytest.mark.slow  # two short training runs: 25 s alone, 80 s on busy cores
 def test_tensorboard_mirrors_metrics_across_resume(tmp_path):
     pytest.importorskip("tensorboard")
     wd = tmp_path / "run"
@@ -78,3 +79,19 @@ def test_wandb_offline(tmp_path, monkeypatch):
     train_run(tiny_config(**{"train.num_steps": 4, "train.log_every": 2, "train.log_to": "wandb"}), wd)
     assert list((wd / "wandb").glob("offline-run-*"))
     assert json.loads(Path(wd / "metrics.jsonl").read_text().splitlines()[0])["step"] == 2
+
+
+def test_train_without_config_continues_the_saved_one(tmp_path):
+    """train.py --workdir W without --config: W's saved config.json if W is a run, else the
+    default config (cli.saved_config_arg; evaluate.py uses it without the existence check)."""
+    from infodiff import cli
+
+    saved = f"--config={cli.CONFIG_DIR}/saved_run.py:{tmp_path}"
+    argv = ["train.py", f"--workdir={tmp_path}", "--config.train.num_steps=5"]
+    assert cli.saved_config_arg(argv, only_if_saved=True) == argv  # a new workdir: the default config
+    assert cli.saved_config_arg(argv) == [argv[0], saved, *argv[1:]]  # evaluate.py
+    (tmp_path / "config.json").write_text("{}")
+    assert cli.saved_config_arg(argv, only_if_saved=True) == [argv[0], saved, *argv[1:]]
+    assert cli.saved_config_arg(["train.py", "--workdir", str(tmp_path)], only_if_saved=True)[1] == saved
+    given = ["train.py", "--config", "masked_text", f"--workdir={tmp_path}"]
+    assert cli.saved_config_arg(given, only_if_saved=True) == given  # --config wins

@@ -428,6 +428,7 @@ def test_poisson_counts_file(poisson_run, tmp_path):
     evaluation.write_report(rep, out)  # rows.* with the report, as one unit
     rows = [json.loads(x) for x in (Path(out) / "rows.jsonl").read_text().splitlines()]
     assert all(r["se"] > 0 and np.isfinite(r["value"]) for r in rows) and rows[0]["dims"] == 1
+    assert [r["id"] for r in rows] == ["1", "2", "3", "4"]  # 1-based, as every input's rows
     assert "bits per dimension" in evaluation.format_report(rep)
     for bad, match in [(np.array([[1, 2]]), r"has shape \(1, 2\); expected \[N, 1\]"),
                        (np.array([[-1]]), "negative"), (np.array([[0.5]]), "finite integers")]:

@@ -429,7 +429,7 @@ class Provenance(Schema):
                       "step and wall-clock time (a resumed run's segments joined, each resume a dotted line), drawn "
                       "from `metrics.jsonl` again only when it changed. Oracle mode: `estimates.png`, each "
                       "estimator's mean estimate minus the exact mean ± 2 SE per section, exact rows as squares. "
-                      "Input mode: `rows.png` (histogram of bits per character and NLL ± 2 SE per row; ratios: "
+                      "Input mode: `rows.png` (histogram of bits per character and NELBO ± 2 SE per row; ratios: "
                       "coupled and decoupled ± 2 SE per row and the SE ratio). Compare mode: `rows.png` (each row's difference ± 2 "
                       "paired SE, the unpaired ± 2 SE beside it, and the SE ratios)",
                       text=Lines(lambda r: [f"plot: {p}" for p in r["plots"]]))

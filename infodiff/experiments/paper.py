@@ -33,6 +33,7 @@ import ml_collections
 import numpy as np
 import scipy.special
 import scipy.stats
+from absl import logging
 
 from infodiff import denoisers
 from infodiff import likelihood as lk
@@ -42,6 +43,14 @@ from infodiff.data import text as text_data
 from infodiff.validation import check_num_samples, validate_tokens
 from infodiff.networks.text_denoisers import Denoiser
 from infodiff.processes import masked
+
+
+def _say(msg: str, *args) -> None:
+    """A progress line on stderr (absl INFO, clear of a live progress bar): what the experiment
+    does next, so a long step (compilation, scoring) is never silent."""
+    from infodiff.training.logs import log
+
+    log(logging.info, msg, *args)
 
 
 def int_list(spec) -> list[int]:
@@ -228,8 +237,9 @@ def run_dna128(config, workdir: str) -> dict:
     den = train_model(config, workdir, corpus)
     truth = -tab.log_prob(tab.seqs)
     exact_model = exact_time_free_values(den, tab.seqs, 4, schedule=_schedule_of(config))
+    _say("dna128: scoring %d sequences x %d Monte Carlo samples (time_free)", len(tab.seqs), int(tc.num_mc))
     est = lk.nll(den, tab.seqs, jax.random.PRNGKey(tc.seed + 2), estimator="time_free",
-                 num_samples=int(tc.num_mc), batch_size=8192)
+                 num_samples=int(tc.num_mc), batch_size=8192, progress=True)
     stats_exact = error_stats(exact_model, truth)
     stats_mc = error_stats(est.mean, truth)
     results = {
@@ -317,10 +327,13 @@ def run_markov_cond(config, workdir: str) -> dict:
     target = np.zeros(x.shape, bool)
     target[:, P:] = True
     truth = -chain.cond_log_prob(x, target)
+    _say("markov_cond: scoring %d responses x %d Monte Carlo samples (%s), network then oracle", len(prompts),
+         int(tc.num_mc), tc.estimator)
     est = lk.conditional_nll(den, prompts, resp, jax.random.PRNGKey(tc.seed + 3),
-                             estimator=tc.estimator, num_samples=int(tc.num_mc), batch_size=8192)
+                             estimator=tc.estimator, num_samples=int(tc.num_mc), batch_size=8192, progress=True)
     oracle_est = lk.conditional_nll(chain, prompts, resp, jax.random.PRNGKey(tc.seed + 4),
-                                    estimator=tc.estimator, num_samples=int(tc.num_mc), batch_size=8192)
+                                    estimator=tc.estimator, num_samples=int(tc.num_mc), batch_size=8192,
+                                    progress=True)
     stats = error_stats(est.mean, truth)
     z_oracle = (oracle_est.mean - truth) / oracle_est.stderr
     results = {
@@ -416,6 +429,8 @@ def run_ood(config, workdir: str) -> dict:
     groups = {"python_docs": y_docs, "shuffled_words": y_shuf}
     out, hist = {}, {}
     for gi, (name, y_ood) in enumerate(groups.items()):
+        _say("ood: scoring %d prompts, true vs %s continuations (%s, %d coupled samples; compiling first)",
+             len(prompts), name, oc.estimator, int(oc.num_mc))
         ein, eood = lk.paired_conditional_nll(den, prompts, y_in, y_ood, jax.random.PRNGKey(oc.seed + gi),
                                               coupled=True, estimator=oc.estimator,
                                               num_samples=int(oc.num_mc), batch_size=4096)
@@ -611,4 +626,5 @@ def run(config, workdir: str) -> dict:
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; choose from {sorted(EXPERIMENTS)}")
     _check_counts(config)
+    _say("experiment %s: writing to %s", name, workdir)
     return EXPERIMENTS[name](config, workdir)
