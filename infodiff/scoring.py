@@ -292,7 +292,9 @@ class Run:
 
     def _check_interval(self, orders_, level, proposal):
         """ValueError, before any work: a run that is not masked diffusion, or bad settings."""
-        if self.task.order_model(self.denoiser.params) is None:  # masked runs (MaskedTask, infodiff.external)
+        # order_model is None for a task without any-order conditionals (params are not read to say so);
+        # masked runs have them (MaskedTask, infodiff.external)
+        if self.task.order_model(None) is None:
             raise ValueError(f"an NLL interval needs a masked-diffusion run; this run's process is "
                              f"{self.task.name!r}: SEDD networks do not define the any-order conditionals used here")
         if isinstance(orders_, bool) or not isinstance(orders_, (int, np.integer)) or orders_ < 2:
