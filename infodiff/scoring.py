@@ -348,7 +348,9 @@ class Run:
         if self.task.exact_likelihood:  # block diffusion: its own likelihood is per block
             raise ValueError("a block-diffusion run's likelihood is per block: use exact_nll (time-free networks) "
                              "or evaluate.py's per-block interval; the whole-sequence interval does not apply")
-        if self.task.order_model(self.denoiser.params) is None:  # masked runs (MaskedTask, infodiff.external)
+        # order_model is None for a task without any-order conditionals (params are not read to say so);
+        # masked runs have them (MaskedTask, infodiff.external)
+        if self.task.order_model(None) is None:
             raise ValueError(f"an NLL interval needs a masked-diffusion run; this run's process is "
                              f"{self.task.name!r}: SEDD networks do not define the any-order conditionals used here")
         if isinstance(orders_, bool) or not isinstance(orders_, (int, np.integer)) or orders_ < 2:

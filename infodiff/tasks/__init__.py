@@ -270,7 +270,8 @@ class Task:
 
     def order_model(self, params: Any) -> dict | None:
         """``{'denoiser', 'time_conditioned', 'schedule'}`` for :func:`infodiff.orders.nll_interval`
-        with ``params``; None for a process without any-order conditionals (not masked)."""
+        with ``params``; None for a process without any-order conditionals (not masked), whatever
+        ``params`` (None included: callers ask that way whether there are any)."""
         return None
 
     def exact_nll(self, denoiser, x_BxL, *, target_BxL=None, pad_BxL=None, progress=False) -> dict:

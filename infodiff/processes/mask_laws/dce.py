@@ -1,15 +1,6 @@
-"""The one-draw mask laws (arXiv 2510.24088 Eqs. 13, 15; ``processes/masked.py``'s table) and
-the stratified estimator, registered in :data:`infodiff.processes.masking.LAWS`.
-
-  =============  =====================================================  ====================
-  name           mask law                                                weight
-  =============  =====================================================  ====================
-  t_dce          t ~ U(0,1); mask each token w.p. 1 - alpha_t           -alpha'_t/(1-alpha_t)
-  lambda_dce     lambda ~ U(0,1); mask each token w.p. lambda            1 / lambda
-  k_dce          k ~ U{1..n}; uniform k-subset                           n / k
-  time_free      m ~ P(m) ∝ 1/m on {1..n} (m = n included); m-subset    H_n
-  stratified     one uniform m-subset for EACH m = 1..n (n passes)      1 / m, summed over m
-  =============  =====================================================  ====================
+"""The one-draw mask laws t_dce, lambda_dce, k_dce and time_free (arXiv 2510.24088 Eqs. 13, 15)
+and the stratified estimator (ours), registered in :data:`infodiff.processes.masking.LAWS` in
+that order; their laws and weights are the table of ``processes/masked.py``'s docstring.
 
 min_samples: the fewest Monte Carlo samples at which the law's SE is calibrated (coverage of
 +-1.96 SE and mean z^2, tests/test_calibration.py); time_free's values are skewed (rare large
