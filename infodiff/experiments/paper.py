@@ -45,7 +45,7 @@ from infodiff.networks.text_denoisers import Denoiser
 from infodiff.processes import masked
 
 
-def _say(msg: str, *args) -> None:
+def say(msg: str, *args) -> None:
     """A progress line on stderr (absl INFO, clear of a live progress bar): what the experiment
     does next, so a long step (compilation, scoring) is never silent."""
     from infodiff.training.logs import log
@@ -237,7 +237,7 @@ def run_dna128(config, workdir: str) -> dict:
     den = train_model(config, workdir, corpus)
     truth = -tab.log_prob(tab.seqs)
     exact_model = exact_time_free_values(den, tab.seqs, 4, schedule=_schedule_of(config))
-    _say("dna128: scoring %d sequences x %d Monte Carlo samples (time_free)", len(tab.seqs), int(tc.num_mc))
+    say("dna128: scoring %d sequences x %d Monte Carlo samples (time_free)", len(tab.seqs), int(tc.num_mc))
     est = lk.nll(den, tab.seqs, jax.random.PRNGKey(tc.seed + 2), estimator="time_free",
                  num_samples=int(tc.num_mc), batch_size=8192, progress=True)
     stats_exact = error_stats(exact_model, truth)
@@ -327,7 +327,7 @@ def run_markov_cond(config, workdir: str) -> dict:
     target = np.zeros(x.shape, bool)
     target[:, P:] = True
     truth = -chain.cond_log_prob(x, target)
-    _say("markov_cond: scoring %d responses x %d Monte Carlo samples (%s), network then oracle", len(prompts),
+    say("markov_cond: scoring %d responses x %d Monte Carlo samples (%s), network then oracle", len(prompts),
          int(tc.num_mc), tc.estimator)
     est = lk.conditional_nll(den, prompts, resp, jax.random.PRNGKey(tc.seed + 3),
                              estimator=tc.estimator, num_samples=int(tc.num_mc), batch_size=8192, progress=True)
@@ -429,7 +429,7 @@ def run_ood(config, workdir: str) -> dict:
     groups = {"python_docs": y_docs, "shuffled_words": y_shuf}
     out, hist = {}, {}
     for gi, (name, y_ood) in enumerate(groups.items()):
-        _say("ood: scoring %d prompts, true vs %s continuations (%s, %d coupled samples; compiling first)",
+        say("ood: scoring %d prompts, true vs %s continuations (%s, %d coupled samples; compiling first)",
              len(prompts), name, oc.estimator, int(oc.num_mc))
         ein, eood = lk.paired_conditional_nll(den, prompts, y_in, y_ood, jax.random.PRNGKey(oc.seed + gi),
                                               coupled=True, estimator=oc.estimator,
@@ -590,15 +590,8 @@ def run_variance(config, workdir: str) -> dict:
     return results
 
 
-def run_llada_tables(config, workdir: str) -> dict:
-    """The paper's LLaDA tables on a released checkpoint: :mod:`infodiff.experiments.llada_tables`."""
-    from infodiff.experiments import llada_tables
-
-    return llada_tables.run_llada_tables(config, workdir)
-
-
 EXPERIMENTS = {"dna128": run_dna128, "markov_cond": run_markov_cond, "ood": run_ood,
-               "variance": run_variance, "llada_tables": run_llada_tables}
+               "variance": run_variance}  # and llada_tables: infodiff/experiments/run.py
 
 
 _MINIMUM = {"num_train": 1, "num_valid": 1, "num_pairs": 2, "num_prompts": 2,
@@ -606,7 +599,7 @@ _MINIMUM = {"num_train": 1, "num_valid": 1, "num_pairs": 2, "num_prompts": 2,
             "prompt_len": 1, "response_len": 1}
 
 
-def _check_counts(config) -> None:
+def check_counts(config) -> None:
     """Refuse counts below their minimum (e.g. num_mc=1 gives no standard error), naming them."""
     for section in ("toy", "ood", "variance"):
         sec = config.get(section, None)
@@ -617,14 +610,3 @@ def _check_counts(config) -> None:
         for key, low in _MINIMUM.items():
             if key in sec and int(sec[key]) < low:
                 raise ValueError(f"config.{section}.{key} must be >= {low}; got {sec[key]}")
-
-
-def run(config, workdir: str) -> dict:
-    """Dispatch on config.experiment. Raises ValueError for an unknown experiment or a count
-    setting below its minimum."""
-    name = config.experiment
-    if name not in EXPERIMENTS:
-        raise ValueError(f"unknown experiment {name!r}; choose from {sorted(EXPERIMENTS)}")
-    _check_counts(config)
-    _say("experiment %s: writing to %s", name, workdir)
-    return EXPERIMENTS[name](config, workdir)
