@@ -42,8 +42,6 @@ def exact_settings(config) -> dict:
     "orders", "level", "proposal"}``. ``exact`` with a time-free network computes the exact block
     likelihood (ValueError with the cost when L' is over ``eval.exact_max_block_size``); with a
     time-conditioned one, and with ``eval.interval``, the per-block interval."""
-    from infodiff import orders
-
     ev, L = config.eval, int(config.data.seq_len)
     Lb = int(config.process.block_size)
     out = {"exact": bool(ev.get("exact", False)), "time_conditioned": bool(config.model.time_conditioning),
@@ -65,14 +63,7 @@ def exact_settings(config) -> dict:
         out["max_block"] = int(cap)
     out["interval"] = bool(ev.get("interval", False)) or (out["exact"] and out["time_conditioned"])
     if out["interval"]:
-        K, level = ev.interval_orders, ev.interval_level
-        if isinstance(K, bool) or not isinstance(K, int) or K < 2:
-            raise ValueError(f"config.eval.interval_orders={K!r} must be an integer >= 2 (orders per block)")
-        if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
-            raise ValueError(f"config.eval.interval_level={level!r} must be in (0, 1), e.g. 0.95")
-        if ev.interval_proposal not in orders.PROPOSALS:
-            raise ValueError(f"config.eval.interval_proposal={ev.interval_proposal!r}; choose from {orders.PROPOSALS}")
-        out.update(orders=int(K), level=float(level), proposal=str(ev.interval_proposal))
+        out.update(masked_task.interval_keys(ev, per="block"))
     return out
 
 
