@@ -31,9 +31,8 @@ from infodiff.tasks import text
 __all__ = ["BlockTask", "REGISTRATION", "exact_settings"]
 
 LN2 = math.log(2.0)
-WHY_NOT_EXACT = ("the network is time-conditioned (model.time_conditioning): the subset recursion needs a "
-                 "time-free denoiser, so each block's likelihood is bracketed by the interval of "
-                 "infodiff/orders.py instead (eval.interval_orders, eval.interval_level, eval.interval_proposal)")
+WHY_NOT_EXACT = ("the network is time-conditioned: the subset recursion needs a time-free denoiser, so the "
+                 "per-block interval of infodiff/orders.py is reported instead")
 
 
 def exact_settings(config) -> dict:
