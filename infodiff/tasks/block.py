@@ -24,7 +24,7 @@ from infodiff import likelihood as lk
 from infodiff.denoisers import NoParams
 from infodiff.processes import block as block_lib
 from infodiff.processes import masked as masked_lib
-from infodiff.tasks import ContractCase, OracleEstimator, Registration, Task, register, repo_config
+from infodiff.tasks import CalibrationCase, ContractCase, OracleEstimator, Registration, Task, register, repo_config
 from infodiff.tasks import masked as masked_task
 from infodiff.tasks import text
 
@@ -253,5 +253,22 @@ def contract_cases() -> list[ContractCase]:
             for Lb in (2, 3) for est in ESTIMATORS]
 
 
+def calibration_cases() -> list[CalibrationCase]:
+    """k_dce per block of 3 at its ``min_samples`` (32) over the 400 tabular sequences of
+    :func:`masked.calibration_laws` (L = 6: two blocks)."""
+    import functools
+
+    laws = functools.cache(masked_task.calibration_laws)
+
+    def run():
+        tab, x, truth = laws()[0]
+        process = block_lib.BlockProcess(lk.masked_process("k_dce", None, tab.vocab_size), 3)
+        S = process.min_samples
+        return lk.nll(tab, x, jax.random.PRNGKey(30 + S), process=process, num_samples=S), truth
+
+    return [CalibrationCase("block k_dce (blocks of 3)", run)]
+
+
 REGISTRATION = register(Registration(name="block", task=BlockTask, oracle_case=oracle_case, conditional=RULES,
-                                     input_format="text", contract_cases=contract_cases, tiny_config=tiny_config))
+                                     input_format="text", contract_cases=contract_cases,
+                                     calibration_cases=calibration_cases, tiny_config=tiny_config))
