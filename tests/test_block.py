@@ -257,3 +257,27 @@ def test_load_run_exact_nll_and_nll_of_a_tiny_block_run(tmp_path):
     assert np.all(nelbo.mean - ex.mean > -4 * nelbo.stderr), (nelbo.mean, ex.mean, nelbo.stderr)
     with pytest.raises(ValueError, match="per block"):
         run.nll_interval(texts)
+
+
+def test_oracle_mode_with_blocks(tmp_path):
+    """configs/oracle_tabular.py with process.name='block': every estimator per block against the
+    exact values, unconditional, conditional and log-ratio, in the oracle report."""
+    import ml_collections
+
+    from infodiff import evaluation
+    from infodiff.configs import oracle_tabular
+
+    c = oracle_tabular.get_config()
+    with c.unlocked():
+        c.process.name = "block"
+        c.process.block_size = 2
+    c.eval.estimators = ("k_dce", "time_free")
+    c.eval.num_sequences, c.eval.num_samples, c.eval.output_dir = 8, 64, str(tmp_path)
+    c.data.prompt_len = 3  # ends inside the second block
+    assert isinstance(c, ml_collections.ConfigDict)
+    report, _ = evaluation.evaluate(c, None)
+    assert report["process"]["block_size"] == 2
+    rows = [r for k in ("unconditional", "conditional", "ratio") for r in report["results"][k]]
+    assert len(rows) == 6 and all(r["estimator"].endswith("per block of 2") for r in rows[:4])
+    for r in report["results"]["unconditional"] + report["results"]["conditional"]:
+        assert abs(r["bias_z"]) < 4, r
