@@ -281,3 +281,16 @@ def test_oracle_mode_with_blocks(tmp_path):
     assert len(rows) == 6 and all(r["estimator"].endswith("per block of 2") for r in rows[:4])
     for r in report["results"]["unconditional"] + report["results"]["conditional"]:
         assert abs(r["bias_z"]) < 4, r
+
+
+@pytest.mark.parametrize("sampler", ["greedy_confidence", "left_to_right"])
+def test_sampler_likelihood_per_block_is_exact_for_a_consistent_denoiser(sampler):
+    """A deterministic unmasking policy run block after block (what the block task reports for
+    eval.sampler_likelihood): with the exact (consistent) denoiser every order gives p(x)."""
+    from infodiff import orders, scoring
+
+    tab, x, truth = _table()
+    xr, tgt, pad, row = block.block_rows(x, 3)
+    oi = orders.sampler_nll(tab, xr, jax.random.PRNGKey(0), sampler=sampler, target_BxL=tgt, pad_BxL=pad)
+    total = scoring.sum_interval_windows(oi, row, len(x))
+    np.testing.assert_allclose(total.iw, truth, rtol=1e-5)

@@ -38,13 +38,15 @@ WHY_NOT_EXACT = ("the network is time-conditioned: the subset recursion needs a 
 def exact_settings(config) -> dict:
     """The model's own likelihood settings of a block run's ``config.eval``, validated (one line
     naming the key): ``{"exact": bool, "time_conditioned", "max_block", "interval": bool,
-    "orders", "level", "proposal"}``. ``exact`` with a time-free network computes the exact block
+    "orders", "level", "proposal", "sampler"}``. ``exact`` with a time-free network computes the exact block
     likelihood (ValueError with the cost when L' is over ``eval.exact_max_block_size``); with a
     time-conditioned one, and with ``eval.interval``, the per-block interval."""
+    from infodiff import orders
+
     ev, L = config.eval, int(config.data.seq_len)
     Lb = int(config.process.block_size)
     out = {"exact": bool(ev.get("exact", False)), "time_conditioned": bool(config.model.time_conditioning),
-           "max_block": None, "interval": False, "orders": None, "level": None, "proposal": None}
+           "max_block": None, "interval": False, "orders": None, "level": None, "proposal": None, "sampler": ""}
     if not isinstance(ev.get("exact", False), bool):
         raise ValueError(f"config.eval.exact={ev.exact!r} must be True or False")
     if not isinstance(ev.get("interval", False), bool):
@@ -61,8 +63,12 @@ def exact_settings(config) -> dict:
                              "or set config.eval.exact=False (and eval.interval=True for the interval)")
         out["max_block"] = int(cap)
     out["interval"] = bool(ev.get("interval", False)) or (out["exact"] and out["time_conditioned"])
-    if out["interval"]:
-        out.update(masked_task.interval_keys(ev, per="block"))
+    out["sampler"] = str(ev.get("sampler_likelihood", "")) if cr.NO_INPUT(config) else ""
+    if out["sampler"] not in ("",) + orders.SAMPLERS:
+        raise ValueError(f"config.eval.sampler_likelihood={ev.sampler_likelihood!r}; choose '' (none) or one "
+                         f"of {orders.SAMPLERS}")
+    if out["interval"] or out["sampler"] == "ancestral":
+        out.update(masked_task.interval_keys(ev, proposal=out["interval"], per="block"))
     return out
 
 
@@ -164,7 +170,7 @@ class BlockTask(masked_task.MaskedTask):
         s = exact_settings(self.config)
         den = self._eval_denoiser
         out = {"block_size": self.block_size}
-        if den is None or not (s["exact"] or s["interval"]):
+        if den is None or not (s["exact"] or s["interval"] or s["sampler"]):
             return out, []
         n, units = len(x), float(x.shape[0] * x.shape[1]) * LN2
         nelbo, nelbo_se = float(est.mean.sum()), float(est.total()[1])
@@ -187,7 +193,31 @@ class BlockTask(masked_task.MaskedTask):
             out["exact_note"] = f"not computed: {WHY_NOT_EXACT}"
         if s["interval"]:
             out.update(self._interval_extras(den, x, est, s, n, units))
+        if s["sampler"]:
+            out.update(self._sampler_extras(den, x, s, n, units))
         return out, []
+
+    def _sampler_extras(self, den, x, s, n, units) -> dict:
+        """-log p(x) of the unmasking sampler ``eval.sampler_likelihood`` run block after block
+        (:func:`infodiff.orders.sampler_nll` on every (item, block) pair, summed): exact for a
+        deterministic policy, the interval for 'ancestral' (``eval.sample_steps`` steps per block)."""
+        from infodiff import orders, scoring
+
+        xr, tgt, pad, row = block_lib.block_rows(x, self.block_size)
+        t0 = time.time()
+        kw = dict(num_steps=int(self.config.eval.sample_steps), num_plans=s["orders"], level=s["level"]) \
+            if s["sampler"] == "ancestral" else {}
+        oi = orders.sampler_nll(den, xr, jax.random.fold_in(jax.random.PRNGKey(int(self.config.eval.seed)), 0x1D2),
+                                sampler=s["sampler"], target_BxL=tgt, pad_BxL=pad, schedule=self.schedule_obj,
+                                batch_size=int(self.config.eval.batch_size), progress=True, **kw)
+        t = scoring.sum_interval_windows(oi, row, len(x)).total()
+        name = f"sampler_{s['sampler']}"
+        if s["sampler"] != "ancestral":
+            return {f"{name}_nats": t["iw"] / n, f"{name}_bits_per_char": t["iw"] / units,
+                    f"{name}_forward_passes": t["forward_passes"], f"{name}_wall_time_s": time.time() - t0}
+        return {f"{name}_lower_nats": t["lower"] / n, f"{name}_upper_nats": t["upper"] / n,
+                f"{name}_lower_bits_per_char": t["lower"] / units, f"{name}_upper_bits_per_char": t["upper"] / units,
+                f"{name}_forward_passes": t["forward_passes"], f"{name}_wall_time_s": time.time() - t0}
 
     def _interval_extras(self, den, x, est, s, n, units) -> dict:
         """The per-block interval of :func:`infodiff.orders.nll_interval`, summed over blocks and
@@ -218,6 +248,11 @@ def oracle_case(config):
     return case
 
 
+def _interval(c) -> bool:
+    return cr.get(c, "eval.interval") is True or (cr.get(c, "eval.exact") is True
+                                                  and bool(cr.get(c, "model.time_conditioning")))
+
+
 RULES: tuple[cr.Conditional, ...] = (
     *text.RULES,
     cr.Conditional("process.antithetic", "process.objective in ('t_dce', 'lambda_dce')",
@@ -225,10 +260,15 @@ RULES: tuple[cr.Conditional, ...] = (
     cr.Conditional("eval.exact_max_block_size", "eval.exact is True and model.time_conditioning is False",
                    lambda c: cr.get(c, "eval.exact") is True and not cr.get(c, "model.time_conditioning"),
                    cr.NETWORK),
-    *cr.keys(("eval.interval_orders", "eval.interval_level", "eval.interval_proposal"),
-             "eval.interval is True, or eval.exact is True with a time-conditioned network",
-             lambda c: cr.get(c, "eval.interval") is True
-             or (cr.get(c, "eval.exact") is True and bool(cr.get(c, "model.time_conditioning"))), cr.NETWORK),
+    cr.Conditional("eval.interval_proposal", "eval.interval is True, or eval.exact is True with a "
+                   "time-conditioned network", _interval, cr.NETWORK),
+    *cr.keys(("eval.interval_orders", "eval.interval_level"),
+             "eval.interval is True, eval.exact is True with a time-conditioned network, or "
+             "eval.sampler_likelihood = 'ancestral' (without eval.input)",
+             lambda c: _interval(c) or (cr.NO_INPUT(c) and cr.get(c, "eval.sampler_likelihood") == "ancestral"),
+             cr.NETWORK),
+    cr.Conditional("eval.sampler_likelihood", "eval.input is not set (a split, not a file)", cr.NO_INPUT,
+                   cr.NETWORK),
 )
 
 # ---- contract material (tests/test_processes.py, the resume test) ----
