@@ -102,6 +102,7 @@ def _order_logprob(den, x_L, Lb, b, order, V):
     return total
 
 
+@pytest.mark.slow
 def test_exact_block_mode_equals_brute_force_over_orders_for_a_network():
     L, V, Lb = 6, 4, 3
     m, p = _network(L, V, Lb)
@@ -142,6 +143,7 @@ def test_block_nelbo_equals_sum_of_per_block_closed_forms():
     assert np.all(ex["nll"] <= closed + 1e-6)
 
 
+@pytest.mark.slow
 def test_block_of_the_whole_length_is_the_whole_sequence_process():
     tab, x, _ = _table()
     for est in ("k_dce", "time_free", "t_dce", "stratified"):
@@ -163,6 +165,7 @@ def test_training_loss_has_the_exact_mean(Lb):
     assert np.all(np.abs(m - truth) < 4 * s + 1e-4), (m, truth, s)
 
 
+@pytest.mark.slow
 def test_two_copy_loss_equals_a_pass_per_block():
     L, V, Lb = 8, 5, 4
     m, p = _network(L, V, Lb, seed=7)
@@ -222,6 +225,7 @@ def test_time_conditioned_run_gets_the_interval_and_says_why():
         t.exact_nll(None, np.zeros((1, 64), np.int32))
 
 
+@pytest.mark.slow
 def test_config_usage_of_block_text(tmp_path):
     """configs/block_text.py leaves unread exactly the keys its registration declares unread
     (tests/test_config_usage.py's check, for this config)."""
@@ -230,6 +234,7 @@ def test_config_usage_of_block_text(tmp_path):
     tcu.test_every_key_is_read_or_declared_unread("block_text", tmp_path)
 
 
+@pytest.mark.slow
 def test_load_run_exact_nll_and_nll_of_a_tiny_block_run(tmp_path):
     """A few-step block run: ``load_run(W).exact_nll`` equals the recursion on the run's own
     windows (SE 0, bound 'exact'); ``nll`` (the block NELBO) is above it within its SE."""
