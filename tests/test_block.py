@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from infodiff import denoisers, oracles, schedules, tasks
+from infodiff import denoisers, oracles, orders, schedules, tasks
 from infodiff import likelihood as lk
 from infodiff.networks.transformer import Transformer
 from infodiff.processes import block
@@ -74,7 +74,7 @@ def test_block_coupled_log_ratio_within_4se():
 @pytest.mark.parametrize("Lb", [1, 2, 3, 6])
 def test_exact_block_mode_equals_enumeration(Lb):
     tab, x, truth = _table()
-    ex = block.exact_block_nll(tab, x, Lb)
+    ex = orders.exact_block_nll(tab, x, Lb)
     np.testing.assert_allclose(ex["nll"], truth, rtol=1e-5)
     np.testing.assert_array_equal(ex["forward_passes"], (6 // Lb) * (2**Lb - 1))
 
@@ -108,7 +108,7 @@ def test_exact_block_mode_equals_brute_force_over_orders_for_a_network():
     m, p = _network(L, V, Lb)
     den = lambda z, t: m.apply({"params": p}, z, t)  # noqa: E731
     x = np.random.default_rng(0).integers(0, V, (2, L))
-    ex = block.exact_block_nll(den, x, Lb, vocab_size=V)
+    ex = orders.exact_block_nll(den, x, Lb, vocab_size=V)
     for r in range(2):
         total, best, elbo = 0.0, 0.0, 0.0
         for b in range(L // Lb):
@@ -139,7 +139,7 @@ def test_block_nelbo_equals_sum_of_per_block_closed_forms():
                num_samples=512, vocab_size=V)
     assert np.all(np.abs(e.mean - closed) < 4 * e.stderr), (e.mean, closed, e.stderr)
     # the same value from the exact recursion's table: the ELBO weights w_S = |S|! (m-|S|-1)! / m!
-    ex = block.exact_block_nll(den, x, Lb, vocab_size=V)
+    ex = orders.exact_block_nll(den, x, Lb, vocab_size=V)
     assert np.all(ex["nll"] <= closed + 1e-6)
 
 
@@ -202,7 +202,7 @@ def test_bad_input_is_one_line():
         tasks.make_task(c).check_eval_config()
     tab, x, _ = _table()
     with pytest.raises(ValueError, match="over the budget"):
-        block.exact_block_nll(tab, x, 3, max_block=2)
+        orders.exact_block_nll(tab, x, 3, max_block=2)
     with pytest.raises(ValueError, match="neyman"):
         _process("neyman", 2)
     c = block_text.get_config()
@@ -255,7 +255,7 @@ def test_load_run_exact_nll_and_nll_of_a_tiny_block_run(tmp_path):
     pad = np.ones((3, L), bool)
     for r, d in enumerate(pieces):
         x[r, :len(d)], pad[r, :len(d)] = d, False
-    ref = block.exact_block_nll(run.denoiser, x, 4, target_BxL=~pad, pad_BxL=pad)["nll"]
+    ref = orders.exact_block_nll(run.denoiser, x, 4, target_BxL=~pad, pad_BxL=pad)["nll"]
     np.testing.assert_allclose(ex.mean, [ref[0] + ref[1], ref[2]], rtol=1e-6)
     nelbo = run.nll(texts, num_samples=64)
     assert nelbo.info["bound"] == "nelbo"
@@ -292,7 +292,7 @@ def test_oracle_mode_with_blocks(tmp_path):
 def test_sampler_likelihood_per_block_is_exact_for_a_consistent_denoiser(sampler):
     """A deterministic unmasking policy run block after block (what the block task reports for
     eval.sampler_likelihood): with the exact (consistent) denoiser every order gives p(x)."""
-    from infodiff import orders, scoring
+    from infodiff import scoring
 
     tab, x, truth = _table()
     xr, tgt, pad, row = block.block_rows(x, 3)

@@ -158,12 +158,14 @@ class BlockTask(masked_task.MaskedTask):
 
     # ---- the model's own likelihood (report extras) ----
     def exact_nll(self, denoiser, x_BxL, *, target_BxL=None, pad_BxL=None, progress=False) -> dict:
-        """:func:`block.exact_block_nll` of this run's blocks, within ``eval.exact_max_block_size``.
+        """:func:`infodiff.orders.exact_block_nll` of this run's blocks, within ``eval.exact_max_block_size``.
         ValueError for a time-conditioned network (:data:`WHY_NOT_EXACT`) or L' over the budget."""
         if bool(self.config.model.time_conditioning):
             raise ValueError(f"no exact block likelihood: {WHY_NOT_EXACT}")
         cap = int(self.config.eval.get("exact_max_block_size", block_lib.MAX_EXACT_BLOCK))
-        return block_lib.exact_block_nll(denoiser, x_BxL, self.block_size, target_BxL=target_BxL, pad_BxL=pad_BxL,
+        from infodiff import orders
+
+        return orders.exact_block_nll(denoiser, x_BxL, self.block_size, target_BxL=target_BxL, pad_BxL=pad_BxL,
                                          batch_size=int(self.config.eval.batch_size), max_block=cap, progress=progress)
 
     def eval_extras(self, est, x, generated):
@@ -201,16 +203,16 @@ class BlockTask(masked_task.MaskedTask):
         """-log p(x) of the unmasking sampler ``eval.sampler_likelihood`` run block after block
         (:func:`infodiff.orders.sampler_nll` on every (item, block) pair, summed): exact for a
         deterministic policy, the interval for 'ancestral' (``eval.sample_steps`` steps per block)."""
-        from infodiff import orders, scoring
+        from infodiff import orders
 
-        xr, tgt, pad, row = block_lib.block_rows(x, self.block_size)
+        xr, tgt, pad, _ = block_lib.block_rows(x, self.block_size)
         t0 = time.time()
         kw = dict(num_steps=int(self.config.eval.sample_steps), num_plans=s["orders"], level=s["level"]) \
             if s["sampler"] == "ancestral" else {}
         oi = orders.sampler_nll(den, xr, jax.random.fold_in(jax.random.PRNGKey(int(self.config.eval.seed)), 0x1D2),
                                 sampler=s["sampler"], target_BxL=tgt, pad_BxL=pad, schedule=self.schedule_obj,
                                 batch_size=int(self.config.eval.batch_size), progress=True, **kw)
-        t = scoring.sum_interval_windows(oi, row, len(x)).total()
+        t = oi.total()  # over every (item, block) row: the sums and SEs of the items' sums
         name = f"sampler_{s['sampler']}"
         if s["sampler"] != "ancestral":
             return {f"{name}_nats": t["iw"] / n, f"{name}_bits_per_char": t["iw"] / units,
@@ -222,15 +224,15 @@ class BlockTask(masked_task.MaskedTask):
     def _interval_extras(self, den, x, est, s, n, units) -> dict:
         """The per-block interval of :func:`infodiff.orders.nll_interval`, summed over blocks and
         items (sides' estimates summed, SEs in quadrature)."""
-        from infodiff import orders, scoring
+        from infodiff import orders
 
-        xr, tgt, pad, row = block_lib.block_rows(x, self.block_size)
+        xr, tgt, pad, _ = block_lib.block_rows(x, self.block_size)
         t0 = time.time()
         oi = orders.nll_interval(den, xr, jax.random.fold_in(jax.random.PRNGKey(int(self.config.eval.seed)), 0x1D1),
                                  target_BxL=tgt, pad_BxL=pad, num_orders=s["orders"], proposal=s["proposal"],
                                  level=s["level"], time_conditioned=s["time_conditioned"], schedule=self.schedule_obj,
                                  batch_size=int(self.config.eval.batch_size), progress=True)
-        t = scoring.sum_interval_windows(oi, row, len(x)).total()
+        t = oi.total()  # over every (item, block) row: the sums and SEs of the items' sums
         return {"interval_lower_nats": t["lower"] / n, "interval_upper_nats": t["upper"] / n,
                 "interval_lower_bits_per_char": t["lower"] / units, "interval_upper_bits_per_char": t["upper"] / units,
                 "interval_level": s["level"], "interval_forward_passes": t["forward_passes"],
