@@ -72,12 +72,13 @@ import scipy.stats
 from infodiff import denoisers
 from infodiff import interrupts
 from infodiff.likelihood import in_slices, slice_rows  # the driver's CPU slicing (speed only)
+from infodiff.processes import block as block_lib
 from infodiff import schedules as schedules_lib
 from infodiff.validation import check_num_samples, validate_tokens
 
 __all__ = ["PROPOSALS", "POLICIES", "SAMPLERS", "OrderInterval", "plan_log_weights", "exact_any_order",
            "interval_statistics", "cross_fitted_statistics", "side_quantiles", "pareto_k", "nll_interval", "conditional_nll_interval", "sampler_nll",
-           "MAX_EXACT_TARGETS"]
+           "MAX_EXACT_TARGETS", "exact_block_nll"]
 
 PROPOSALS = ("uniform", "informed")
 POLICIES = ("greedy_confidence", "margin", "left_to_right")  # deterministic unmasking policies
@@ -651,3 +652,41 @@ def sampler_nll(denoiser, x_BxL, key, *, sampler: str = "greedy_confidence", tar
     return OrderInterval(what="ancestral", **stats, exact=np.zeros(len(lw), bool), forward_passes=p1 + p2,
                          orders=int(num_plans), pilot_orders=int(pilot), proposal="ancestral", level=float(level),
                          settings=settings)
+
+
+# ---------------------------------------------------------------------------------------------
+# Block diffusion: the exact likelihood block by block (infodiff/processes/block.py)
+# ---------------------------------------------------------------------------------------------
+def exact_block_nll(denoiser, x_BxL, block_size: int, *, target_BxL=None, pad_BxL=None,
+                    vocab_size: int | None = None, batch_size: int = 256, max_block: int = block_lib.MAX_EXACT_BLOCK,
+                    progress: bool = False) -> dict:
+    """The block model's exact -log p(x) per row for a time-free denoiser: every block's any-order
+    likelihood -log p_U(x^b | x^{<b}) by the subset recursion (:func:`exact_any_order`,
+    2^L' - 1 passes per block, every (row, block) pair in one batch), summed over blocks.
+
+    Returns float64 [B] ``nll`` (nats) and ``best_order_nll`` (the best single order within each
+    block, summed), int [B] ``forward_passes``, float64 [B, NB] ``block_nll``. Blocks without
+    targets (a prompt, pads) contribute 0 and no pass. Raises ValueError (one line with the
+    cost) for L' > ``max_block`` or L' > :data:`block_lib.MAX_EXACT_BLOCK`, or L' not dividing L.
+    """
+    x = np.asarray(x_BxL)
+    B, L = x.shape
+    block_lib.check_block_size(block_size, L, "block_size")
+    cap = min(int(max_block), block_lib.MAX_EXACT_BLOCK)
+    if block_size > cap:
+        raise ValueError(f"the exact block likelihood of blocks of {block_size} costs 2^{block_size} - 1 = "
+                         f"{(1 << block_size) - 1} passes per block ({block_lib.exact_cost(block_size, L)} per sequence of "
+                         f"{L}), over the budget of blocks of {cap} (eval.exact_max_block_size, at most "
+                         f"{block_lib.MAX_EXACT_BLOCK}); use eval.interval instead")
+    xr, tgt, pad, row = block_lib.block_rows(x, block_size, target_BxL, pad_BxL)
+    keep = tgt.any(axis=1)
+    NB = L // block_size
+    block_nll = np.zeros(B * NB)
+    best = np.zeros(B * NB)
+    passes = np.zeros(B * NB, np.int64)
+    if keep.any():
+        ex = exact_any_order(denoiser, xr[keep], target_BxL=tgt[keep], pad_BxL=pad[keep],
+                                    vocab_size=vocab_size, batch_size=batch_size, max_targets=cap, progress=progress)
+        block_nll[keep], best[keep], passes[keep] = ex["nll"], ex["best_order_nll"], ex["forward_passes"]
+    return {"nll": block_nll.reshape(B, NB).sum(1), "best_order_nll": best.reshape(B, NB).sum(1),
+            "forward_passes": passes.reshape(B, NB).sum(1), "block_nll": block_nll.reshape(B, NB)}

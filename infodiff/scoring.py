@@ -319,7 +319,7 @@ class Run:
     def exact_nll(self, texts, *, progress: bool = False) -> lk.Estimate:
         """The network's own -log p(document) per text, exactly (nats; the sum over its windows of
         L characters): a block-diffusion run with a time-free network, every block by the subset
-        recursion (:func:`infodiff.processes.block.exact_block_nll`). An Estimate per row with SE
+        recursion (:func:`infodiff.orders.exact_block_nll`). An Estimate per row with SE
         0 and ``info['bound'] == 'exact'`` (``info['best_order_nll']``: the best single order
         within each block, summed). Raises ValueError (one line) for a run that is not block
         diffusion, a time-conditioned network or blocks over ``eval.exact_max_block_size``."""

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from infodiff import denoisers, oracles, schedules, tasks
+from infodiff import denoisers, oracles, orders, schedules, tasks
 from infodiff import likelihood as lk
 from infodiff.networks.transformer import Transformer
 from infodiff.processes import block
@@ -74,7 +74,7 @@ def test_block_coupled_log_ratio_within_4se():
 @pytest.mark.parametrize("Lb", [1, 2, 3, 6])
 def test_exact_block_mode_equals_enumeration(Lb):
     tab, x, truth = _table()
-    ex = block.exact_block_nll(tab, x, Lb)
+    ex = orders.exact_block_nll(tab, x, Lb)
     np.testing.assert_allclose(ex["nll"], truth, rtol=1e-5)
     np.testing.assert_array_equal(ex["forward_passes"], (6 // Lb) * (2**Lb - 1))
 
@@ -102,12 +102,13 @@ def _order_logprob(den, x_L, Lb, b, order, V):
     return total
 
 
+@pytest.mark.slow
 def test_exact_block_mode_equals_brute_force_over_orders_for_a_network():
     L, V, Lb = 6, 4, 3
     m, p = _network(L, V, Lb)
     den = lambda z, t: m.apply({"params": p}, z, t)  # noqa: E731
     x = np.random.default_rng(0).integers(0, V, (2, L))
-    ex = block.exact_block_nll(den, x, Lb, vocab_size=V)
+    ex = orders.exact_block_nll(den, x, Lb, vocab_size=V)
     for r in range(2):
         total, best, elbo = 0.0, 0.0, 0.0
         for b in range(L // Lb):
@@ -138,10 +139,11 @@ def test_block_nelbo_equals_sum_of_per_block_closed_forms():
                num_samples=512, vocab_size=V)
     assert np.all(np.abs(e.mean - closed) < 4 * e.stderr), (e.mean, closed, e.stderr)
     # the same value from the exact recursion's table: the ELBO weights w_S = |S|! (m-|S|-1)! / m!
-    ex = block.exact_block_nll(den, x, Lb, vocab_size=V)
+    ex = orders.exact_block_nll(den, x, Lb, vocab_size=V)
     assert np.all(ex["nll"] <= closed + 1e-6)
 
 
+@pytest.mark.slow
 def test_block_of_the_whole_length_is_the_whole_sequence_process():
     tab, x, _ = _table()
     for est in ("k_dce", "time_free", "t_dce", "stratified"):
@@ -163,6 +165,7 @@ def test_training_loss_has_the_exact_mean(Lb):
     assert np.all(np.abs(m - truth) < 4 * s + 1e-4), (m, truth, s)
 
 
+@pytest.mark.slow
 def test_two_copy_loss_equals_a_pass_per_block():
     L, V, Lb = 8, 5, 4
     m, p = _network(L, V, Lb, seed=7)
@@ -199,7 +202,7 @@ def test_bad_input_is_one_line():
         tasks.make_task(c).check_eval_config()
     tab, x, _ = _table()
     with pytest.raises(ValueError, match="over the budget"):
-        block.exact_block_nll(tab, x, 3, max_block=2)
+        orders.exact_block_nll(tab, x, 3, max_block=2)
     with pytest.raises(ValueError, match="neyman"):
         _process("neyman", 2)
     c = block_text.get_config()
@@ -222,6 +225,7 @@ def test_time_conditioned_run_gets_the_interval_and_says_why():
         t.exact_nll(None, np.zeros((1, 64), np.int32))
 
 
+@pytest.mark.slow
 def test_config_usage_of_block_text(tmp_path):
     """configs/block_text.py leaves unread exactly the keys its registration declares unread
     (tests/test_config_usage.py's check, for this config)."""
@@ -230,6 +234,7 @@ def test_config_usage_of_block_text(tmp_path):
     tcu.test_every_key_is_read_or_declared_unread("block_text", tmp_path)
 
 
+@pytest.mark.slow
 def test_load_run_exact_nll_and_nll_of_a_tiny_block_run(tmp_path):
     """A few-step block run: ``load_run(W).exact_nll`` equals the recursion on the run's own
     windows (SE 0, bound 'exact'); ``nll`` (the block NELBO) is above it within its SE."""
@@ -250,10 +255,47 @@ def test_load_run_exact_nll_and_nll_of_a_tiny_block_run(tmp_path):
     pad = np.ones((3, L), bool)
     for r, d in enumerate(pieces):
         x[r, :len(d)], pad[r, :len(d)] = d, False
-    ref = block.exact_block_nll(run.denoiser, x, 4, target_BxL=~pad, pad_BxL=pad)["nll"]
+    ref = orders.exact_block_nll(run.denoiser, x, 4, target_BxL=~pad, pad_BxL=pad)["nll"]
     np.testing.assert_allclose(ex.mean, [ref[0] + ref[1], ref[2]], rtol=1e-6)
     nelbo = run.nll(texts, num_samples=64)
     assert nelbo.info["bound"] == "nelbo"
     assert np.all(nelbo.mean - ex.mean > -4 * nelbo.stderr), (nelbo.mean, ex.mean, nelbo.stderr)
     with pytest.raises(ValueError, match="per block"):
         run.nll_interval(texts)
+
+
+def test_oracle_mode_with_blocks(tmp_path):
+    """configs/oracle_tabular.py with process.name='block': every estimator per block against the
+    exact values, unconditional, conditional and log-ratio, in the oracle report."""
+    import ml_collections
+
+    from infodiff import evaluation
+    from infodiff.configs import oracle_tabular
+
+    c = oracle_tabular.get_config()
+    with c.unlocked():
+        c.process.name = "block"
+        c.process.block_size = 2
+    c.eval.estimators = ("k_dce", "time_free")
+    c.eval.num_sequences, c.eval.num_samples, c.eval.output_dir = 8, 64, str(tmp_path)
+    c.data.prompt_len = 3  # ends inside the second block
+    assert isinstance(c, ml_collections.ConfigDict)
+    report, _ = evaluation.evaluate(c, None)
+    assert report["process"]["block_size"] == 2
+    rows = [r for k in ("unconditional", "conditional", "ratio") for r in report["results"][k]]
+    assert len(rows) == 6 and all(r["estimator"].endswith("per block of 2") for r in rows[:4])
+    for r in report["results"]["unconditional"] + report["results"]["conditional"]:
+        assert abs(r["bias_z"]) < 4, r
+
+
+@pytest.mark.parametrize("sampler", ["greedy_confidence", "left_to_right"])
+def test_sampler_likelihood_per_block_is_exact_for_a_consistent_denoiser(sampler):
+    """A deterministic unmasking policy run block after block (what the block task reports for
+    eval.sampler_likelihood): with the exact (consistent) denoiser every order gives p(x)."""
+    from infodiff import scoring
+
+    tab, x, truth = _table()
+    xr, tgt, pad, row = block.block_rows(x, 3)
+    oi = orders.sampler_nll(tab, xr, jax.random.PRNGKey(0), sampler=sampler, target_BxL=tgt, pad_BxL=pad)
+    total = scoring.sum_interval_windows(oi, row, len(x))
+    np.testing.assert_allclose(total.iw, truth, rtol=1e-5)

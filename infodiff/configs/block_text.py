@@ -25,5 +25,7 @@ def get_config(block_size: str = "") -> ml_collections.ConfigDict:
     # a time-conditioned network gets the per-block interval (eval.interval_*) instead.
     c.eval.exact = True
     c.eval.exact_max_block_size = 16   # the budget: the largest L' computed exactly (2^L' - 1 passes per block)
-    del c.eval["sampler_likelihood"]   # not per block yet (docs/block_diffusion.md)
+    # '' | greedy_confidence | margin | left_to_right | ancestral (T = sample_steps per block): -log p of
+    # that unmasking sampler, block after block (exact for the deterministic policies)
+    c.eval.sampler_likelihood = ""
     return c

@@ -24,22 +24,21 @@ from infodiff import likelihood as lk
 from infodiff.denoisers import NoParams
 from infodiff.processes import block as block_lib
 from infodiff.processes import masked as masked_lib
-from infodiff.tasks import ContractCase, OracleEstimator, Registration, Task, register, repo_config
+from infodiff.tasks import CalibrationCase, ContractCase, OracleEstimator, Registration, Task, register, repo_config
 from infodiff.tasks import masked as masked_task
 from infodiff.tasks import text
 
 __all__ = ["BlockTask", "REGISTRATION", "exact_settings"]
 
 LN2 = math.log(2.0)
-WHY_NOT_EXACT = ("the network is time-conditioned (model.time_conditioning): the subset recursion needs a "
-                 "time-free denoiser, so each block's likelihood is bracketed by the interval of "
-                 "infodiff/orders.py instead (eval.interval_orders, eval.interval_level, eval.interval_proposal)")
+WHY_NOT_EXACT = ("the network is time-conditioned: the subset recursion needs a time-free denoiser, so the "
+                 "per-block interval of infodiff/orders.py is reported instead")
 
 
 def exact_settings(config) -> dict:
     """The model's own likelihood settings of a block run's ``config.eval``, validated (one line
     naming the key): ``{"exact": bool, "time_conditioned", "max_block", "interval": bool,
-    "orders", "level", "proposal"}``. ``exact`` with a time-free network computes the exact block
+    "orders", "level", "proposal", "sampler"}``. ``exact`` with a time-free network computes the exact block
     likelihood (ValueError with the cost when L' is over ``eval.exact_max_block_size``); with a
     time-conditioned one, and with ``eval.interval``, the per-block interval."""
     from infodiff import orders
@@ -47,7 +46,7 @@ def exact_settings(config) -> dict:
     ev, L = config.eval, int(config.data.seq_len)
     Lb = int(config.process.block_size)
     out = {"exact": bool(ev.get("exact", False)), "time_conditioned": bool(config.model.time_conditioning),
-           "max_block": None, "interval": False, "orders": None, "level": None, "proposal": None}
+           "max_block": None, "interval": False, "orders": None, "level": None, "proposal": None, "sampler": ""}
     if not isinstance(ev.get("exact", False), bool):
         raise ValueError(f"config.eval.exact={ev.exact!r} must be True or False")
     if not isinstance(ev.get("interval", False), bool):
@@ -64,15 +63,13 @@ def exact_settings(config) -> dict:
                              "or set config.eval.exact=False (and eval.interval=True for the interval)")
         out["max_block"] = int(cap)
     out["interval"] = bool(ev.get("interval", False)) or (out["exact"] and out["time_conditioned"])
-    if out["interval"]:
-        K, level = ev.interval_orders, ev.interval_level
-        if isinstance(K, bool) or not isinstance(K, int) or K < 2:
-            raise ValueError(f"config.eval.interval_orders={K!r} must be an integer >= 2 (orders per block)")
-        if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
-            raise ValueError(f"config.eval.interval_level={level!r} must be in (0, 1), e.g. 0.95")
-        if ev.interval_proposal not in orders.PROPOSALS:
-            raise ValueError(f"config.eval.interval_proposal={ev.interval_proposal!r}; choose from {orders.PROPOSALS}")
-        out.update(orders=int(K), level=float(level), proposal=str(ev.interval_proposal))
+    out["sampler"] = str(ev.get("sampler_likelihood", "")) if cr.NO_INPUT(config) else ""
+    if out["sampler"] not in ("",) + orders.SAMPLERS:
+        raise ValueError(f"config.eval.sampler_likelihood={ev.sampler_likelihood!r}; choose '' (none) or one "
+                         f"of {orders.SAMPLERS}")
+    if out["interval"] or out["sampler"] == "ancestral":
+        out.update(masked_task.interval_keys(ev, proposal=out["interval"], per="block",
+                                            passes_each=2 * int(config.process.block_size)))
     return out
 
 
@@ -163,19 +160,21 @@ class BlockTask(masked_task.MaskedTask):
 
     # ---- the model's own likelihood (report extras) ----
     def exact_nll(self, denoiser, x_BxL, *, target_BxL=None, pad_BxL=None, progress=False) -> dict:
-        """:func:`block.exact_block_nll` of this run's blocks, within ``eval.exact_max_block_size``.
+        """:func:`infodiff.orders.exact_block_nll` of this run's blocks, within ``eval.exact_max_block_size``.
         ValueError for a time-conditioned network (:data:`WHY_NOT_EXACT`) or L' over the budget."""
         if bool(self.config.model.time_conditioning):
             raise ValueError(f"no exact block likelihood: {WHY_NOT_EXACT}")
         cap = int(self.config.eval.get("exact_max_block_size", block_lib.MAX_EXACT_BLOCK))
-        return block_lib.exact_block_nll(denoiser, x_BxL, self.block_size, target_BxL=target_BxL, pad_BxL=pad_BxL,
+        from infodiff import orders
+
+        return orders.exact_block_nll(denoiser, x_BxL, self.block_size, target_BxL=target_BxL, pad_BxL=pad_BxL,
                                          batch_size=int(self.config.eval.batch_size), max_block=cap, progress=progress)
 
     def eval_extras(self, est, x, generated):
         s = exact_settings(self.config)
         den = self._eval_denoiser
         out = {"block_size": self.block_size}
-        if den is None or not (s["exact"] or s["interval"]):
+        if den is None or not (s["exact"] or s["interval"] or s["sampler"]):
             return out, []
         n, units = len(x), float(x.shape[0] * x.shape[1]) * LN2
         nelbo, nelbo_se = float(est.mean.sum()), float(est.total()[1])
@@ -198,20 +197,44 @@ class BlockTask(masked_task.MaskedTask):
             out["exact_note"] = f"not computed: {WHY_NOT_EXACT}"
         if s["interval"]:
             out.update(self._interval_extras(den, x, est, s, n, units))
+        if s["sampler"]:
+            out.update(self._sampler_extras(den, x, s, n, units))
         return out, []
+
+    def _sampler_extras(self, den, x, s, n, units) -> dict:
+        """-log p(x) of the unmasking sampler ``eval.sampler_likelihood`` run block after block
+        (:func:`infodiff.orders.sampler_nll` on every (item, block) pair, summed): exact for a
+        deterministic policy, the interval for 'ancestral' (``eval.sample_steps`` steps per block)."""
+        from infodiff import orders
+
+        xr, tgt, pad, _ = block_lib.block_rows(x, self.block_size)
+        t0 = time.time()
+        kw = dict(num_steps=int(self.config.eval.sample_steps), num_plans=s["orders"], level=s["level"]) \
+            if s["sampler"] == "ancestral" else {}
+        oi = orders.sampler_nll(den, xr, jax.random.fold_in(jax.random.PRNGKey(int(self.config.eval.seed)), 0x1D2),
+                                sampler=s["sampler"], target_BxL=tgt, pad_BxL=pad, schedule=self.schedule_obj,
+                                batch_size=int(self.config.eval.batch_size), progress=True, **kw)
+        t = oi.total()  # over every (item, block) row: the sums and SEs of the items' sums
+        name = f"sampler_{s['sampler']}"
+        if s["sampler"] != "ancestral":
+            return {f"{name}_nats": t["iw"] / n, f"{name}_bits_per_char": t["iw"] / units,
+                    f"{name}_forward_passes": t["forward_passes"], f"{name}_wall_time_s": time.time() - t0}
+        return {f"{name}_lower_nats": t["lower"] / n, f"{name}_upper_nats": t["upper"] / n,
+                f"{name}_lower_bits_per_char": t["lower"] / units, f"{name}_upper_bits_per_char": t["upper"] / units,
+                f"{name}_forward_passes": t["forward_passes"], f"{name}_wall_time_s": time.time() - t0}
 
     def _interval_extras(self, den, x, est, s, n, units) -> dict:
         """The per-block interval of :func:`infodiff.orders.nll_interval`, summed over blocks and
         items (sides' estimates summed, SEs in quadrature)."""
-        from infodiff import orders, scoring
+        from infodiff import orders
 
-        xr, tgt, pad, row = block_lib.block_rows(x, self.block_size)
+        xr, tgt, pad, _ = block_lib.block_rows(x, self.block_size)
         t0 = time.time()
         oi = orders.nll_interval(den, xr, jax.random.fold_in(jax.random.PRNGKey(int(self.config.eval.seed)), 0x1D1),
                                  target_BxL=tgt, pad_BxL=pad, num_orders=s["orders"], proposal=s["proposal"],
                                  level=s["level"], time_conditioned=s["time_conditioned"], schedule=self.schedule_obj,
                                  batch_size=int(self.config.eval.batch_size), progress=True)
-        t = scoring.sum_interval_windows(oi, row, len(x)).total()
+        t = oi.total()  # over every (item, block) row: the sums and SEs of the items' sums
         return {"interval_lower_nats": t["lower"] / n, "interval_upper_nats": t["upper"] / n,
                 "interval_lower_bits_per_char": t["lower"] / units, "interval_upper_bits_per_char": t["upper"] / units,
                 "interval_level": s["level"], "interval_forward_passes": t["forward_passes"],
@@ -229,6 +252,11 @@ def oracle_case(config):
     return case
 
 
+def _interval(c) -> bool:
+    return cr.get(c, "eval.interval") is True or (cr.get(c, "eval.exact") is True
+                                                  and bool(cr.get(c, "model.time_conditioning")))
+
+
 RULES: tuple[cr.Conditional, ...] = (
     *text.RULES,
     cr.Conditional("process.antithetic", "process.objective in ('t_dce', 'lambda_dce')",
@@ -236,10 +264,15 @@ RULES: tuple[cr.Conditional, ...] = (
     cr.Conditional("eval.exact_max_block_size", "eval.exact is True and model.time_conditioning is False",
                    lambda c: cr.get(c, "eval.exact") is True and not cr.get(c, "model.time_conditioning"),
                    cr.NETWORK),
-    *cr.keys(("eval.interval_orders", "eval.interval_level", "eval.interval_proposal"),
-             "eval.interval is True, or eval.exact is True with a time-conditioned network",
-             lambda c: cr.get(c, "eval.interval") is True
-             or (cr.get(c, "eval.exact") is True and bool(cr.get(c, "model.time_conditioning"))), cr.NETWORK),
+    cr.Conditional("eval.interval_proposal", "eval.interval is True, or eval.exact is True with a "
+                   "time-conditioned network", _interval, cr.NETWORK),
+    *cr.keys(("eval.interval_orders", "eval.interval_level"),
+             "eval.interval is True, eval.exact is True with a time-conditioned network, or "
+             "eval.sampler_likelihood = 'ancestral' (without eval.input)",
+             lambda c: _interval(c) or (cr.NO_INPUT(c) and cr.get(c, "eval.sampler_likelihood") == "ancestral"),
+             cr.NETWORK),
+    cr.Conditional("eval.sampler_likelihood", "eval.input is not set (a split, not a file)", cr.NO_INPUT,
+                   cr.NETWORK),
 )
 
 # ---- contract material (tests/test_processes.py, the resume test) ----
@@ -264,5 +297,22 @@ def contract_cases() -> list[ContractCase]:
             for Lb in (2, 3) for est in ESTIMATORS]
 
 
+def calibration_cases() -> list[CalibrationCase]:
+    """k_dce per block of 3 at its ``min_samples`` (32) over the 400 tabular sequences of
+    :func:`masked.calibration_laws` (L = 6: two blocks)."""
+    import functools
+
+    laws = functools.cache(masked_task.calibration_laws)
+
+    def run():
+        tab, x, truth = laws()[0]
+        process = block_lib.BlockProcess(lk.masked_process("k_dce", None, tab.vocab_size), 3)
+        S = process.min_samples
+        return lk.nll(tab, x, jax.random.PRNGKey(30 + S), process=process, num_samples=S), truth
+
+    return [CalibrationCase("block k_dce (blocks of 3)", run)]
+
+
 REGISTRATION = register(Registration(name="block", task=BlockTask, oracle_case=oracle_case, conditional=RULES,
-                                     input_format="text", contract_cases=contract_cases, tiny_config=tiny_config))
+                                     input_format="text", contract_cases=contract_cases,
+                                     calibration_cases=calibration_cases, tiny_config=tiny_config))

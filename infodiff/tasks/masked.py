@@ -203,21 +203,30 @@ def order_settings(config) -> dict:
             raise ValueError(f"config.eval.sampler_likelihood={ev.sampler_likelihood!r}; choose '' (none) or one "
                              f"of {orders.SAMPLERS}")
     if out["interval"] or out["sampler"] == "ancestral":
-        K, level = ev.interval_orders, ev.interval_level
-        if isinstance(K, bool) or not isinstance(K, int) or K < 2:
-            raise ValueError(f"config.eval.interval_orders={K!r} must be an integer >= 2 (orders per item)")
-        validation.check_budget(K, "config.eval.interval_orders", passes_each=2 * int(config.data.seq_len))
-        if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
-            raise ValueError(f"config.eval.interval_level={level!r} must be in (0, 1), e.g. 0.95")
-        out.update(orders=int(K), level=float(level))
-    if out["interval"]:
-        if ev.interval_proposal not in orders.PROPOSALS:
-            raise ValueError(f"config.eval.interval_proposal={ev.interval_proposal!r}; choose from {orders.PROPOSALS}")
-        out["proposal"] = str(ev.interval_proposal)
+        out.update(interval_keys(ev, proposal=out["interval"], passes_each=2 * int(config.data.seq_len)))
     if out["sampler"] == "ancestral":
         out["sample_steps"] = int(ev.sample_steps)
         if out["sample_steps"] < 1:
             raise ValueError(f"config.eval.sample_steps={ev.sample_steps} must be >= 1 (the ancestral sampler's T)")
+    return out
+
+
+def interval_keys(ev, proposal: bool = True, per: str = "item", passes_each: int = 1) -> dict:
+    """``{"orders": K, "level"}`` (and ``"proposal"`` if ``proposal``) of ``config.eval``'s interval
+    keys, validated. ValueError, one line naming the key: K < 2 or over the budget bound (its cost
+    at ``passes_each`` forward passes per order, :func:`infodiff.validation.check_budget`), a level
+    outside (0, 1), an unknown proposal."""
+    K, level = ev.interval_orders, ev.interval_level
+    if isinstance(K, bool) or not isinstance(K, int) or K < 2:
+        raise ValueError(f"config.eval.interval_orders={K!r} must be an integer >= 2 (orders per {per})")
+    validation.check_budget(K, "config.eval.interval_orders", passes_each=passes_each)
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise ValueError(f"config.eval.interval_level={level!r} must be in (0, 1), e.g. 0.95")
+    out = {"orders": int(K), "level": float(level)}
+    if proposal:
+        if ev.interval_proposal not in orders.PROPOSALS:
+            raise ValueError(f"config.eval.interval_proposal={ev.interval_proposal!r}; choose from {orders.PROPOSALS}")
+        out["proposal"] = str(ev.interval_proposal)
     return out
 
 
