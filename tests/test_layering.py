@@ -109,18 +109,22 @@ def upward_imports(sources) -> list[str]:
     return bad
 
 
+def str_consts(node) -> list[str]:
+    """The str constants of ``node``: itself, or those a tuple / list / set holds."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [v for e in node.elts for v in str_consts(e)]
+    return []
+
+
 def process_name_uses(sources, names) -> list[str]:
     """'file:line: ...' for every comparison with a registered process name (a str constant, or
     a tuple / list / set holding one) and every read of ``<x>.process.name`` /
     ``<x>.process['name']`` / ``<x>.process.get('name')``."""
     bad = []
 
-    def consts(node):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            return [node.value]
-        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-            return [v for e in node.elts for v in consts(e)]
-        return []
+    consts = str_consts
 
     def is_process(node):  # config.process (a report's r["process"]["name"] is its own field)
         return isinstance(node, ast.Attribute) and node.attr == "process"
@@ -219,12 +223,7 @@ def input_kind_uses(sources, names) -> list[str]:
     with ``.get`` (``{"text": ..., "pairs": ...}[kind]``): a switch on the kind."""
     bad = []
 
-    def consts(node):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            return [node.value]
-        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-            return [v for e in node.elts for v in consts(e)]
-        return []
+    consts = str_consts
 
     def kind_keys(node):
         return isinstance(node, ast.Dict) and [v for k in node.keys if k is not None for v in consts(k) if v in names]

@@ -2,7 +2,10 @@
 run and write a report, per-row files and plots. What a run scores is its process
 registration's ``input_format`` (:mod:`infodiff.tasks`): 'text' (masked and SEDD runs, through
 :mod:`infodiff.scoring`) or 'counts' (Poisson runs: a ``.npy`` of counts [N, *event_shape] or
-[N, D] -> -log P(x) per example). Every -log p is the trained network's NELBO (an upper bound on
+[N, D] -> -log P(x) per example). Each input kind is one file of :mod:`infodiff.evaluation.queries`
+(detection, reading, scoring, rows, plots, report.txt lines, config keys); this module holds the
+parts they share: decoding, empty rows, the keyed .jsonl reader, the text scorer
+(:func:`score_rows`), the report (:func:`input_report`) and the rows files. Every -log p is the trained network's NELBO (an upper bound on
 its -log p); a ratio is a difference of two NELBOs, not a bound. The report's ``bound`` says
 which (``'nelbo'`` or ``'nelbo_difference'``, :data:`report.BOUNDS`); ``units`` are units only.
 
