@@ -2,7 +2,7 @@
 with a stated confidence and as few samples as the question needs (docs/scoring.md, "Multiple
 choice").
 
-    res = choose(run, prompts, choices, answers=answers)      # -> Choices
+    res = run.choose(prompts, choices, answers=answers)       # Run.choose -> Choices
     res.choice, res.decided, res.margin, res.margin_stderr     # per question
     res.accuracy, res.accuracy_stderr, res.accuracy_mc_stderr  # with answers
 

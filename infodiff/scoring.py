@@ -46,6 +46,7 @@ import jax
 import numpy as np
 
 from infodiff import likelihood as lk
+from infodiff import choices as choices_lib
 from infodiff import orders as orders_lib
 from infodiff import tasks
 from infodiff.data.tokenizers import BYTES, TEXT8, Tokenizer, clean  # noqa: F401  (re-exported)
@@ -236,6 +237,15 @@ class Run:
 
         return self._until(draw, seed, num_samples, target_se, max_samples, bound="nelbo_difference")
 
+
+    def choose(self, prompts, choices, *, answers=None, confidence: float = 0.95, num_samples: int | None = None,
+               max_samples: int | None = None, adaptive: bool = True, coupled: bool = True, seed: int | None = None):
+        """The most likely option of each multiple-choice question, decided at ``confidence`` with
+        adaptive stopping and coupled options: :func:`infodiff.choices.choose` (a
+        :class:`infodiff.choices.Choices`)."""
+        return choices_lib.choose(self, prompts, choices, answers=answers, confidence=confidence,
+                                  num_samples=num_samples, max_samples=max_samples, adaptive=adaptive,
+                                  coupled=coupled, seed=seed)
 
     # -- the model's own -log p over generation orders (infodiff/orders.py) --------------------
     def _interval_windows(self, win: Windows, num_rows: int, nelbo: lk.Estimate, seed, orders_, level, proposal,

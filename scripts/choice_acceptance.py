@@ -4,9 +4,9 @@
 
 1. ``python -m infodiff.harness`` (lm-eval) on the local task of scripts/make_choice_task.py:
    lm-eval's acc and acc_stderr, and the Monte Carlo error of acc;
-2. ``evaluate.py --config.eval.input=mc.jsonl`` on the same questions (it calls ``infodiff.choices.choose``):
+2. ``evaluate.py --config.eval.input=mc.jsonl`` on the same questions (it calls ``run.choose``):
    the same decisions with the same seed;
-3. ``infodiff.choices.choose`` with a fixed 128 samples per option (LLaDA's budget) against the adaptive
+3. ``run.choose`` with a fixed 128 samples per option (LLaDA's budget) against the adaptive
    default: forward passes per question and the agreement of the decisions; and adaptive with
    decoupled options (independent draws per option) on the first ``--decoupled`` questions.
 Prints a table and writes OUT/acceptance.json.
@@ -74,13 +74,12 @@ def main():
     _save(a.out, res)
 
     import infodiff
-    from infodiff import choices
 
     run = infodiff.load_run(a.workdir)
     qs = [json.loads(ln) for ln in open(os.path.join(a.out, "mc.jsonl"))]
     P, C, A = [q["prompt"] for q in qs], [q["choices"] for q in qs], [q["answer"] for q in qs]
     t = time.time()
-    fixed = choices.choose(run, P, C, answers=A, adaptive=False, num_samples=128)
+    fixed = run.choose(P, C, answers=A, adaptive=False, num_samples=128)
     res["fixed_128"] = {**fixed.summary(), "wall_s": time.time() - t}
     agree = e_choice == fixed.choice
     dec = np.array([r["decided"] for r in rows])
@@ -91,7 +90,7 @@ def main():
     _save(a.out, res)
     n = min(a.decoupled, len(qs))
     t = time.time()
-    dcp = choices.choose(run, P[:n], C[:n], answers=A[:n], coupled=False)
+    dcp = run.choose(P[:n], C[:n], answers=A[:n], coupled=False)
     res["decoupled_first"] = {**dcp.summary(), "wall_s": time.time() - t,
                               "coupled_passes_mean_same_questions": float(np.mean([r["forward_passes"]
                                                                                    for r in rows[:n]])),

@@ -29,7 +29,6 @@ def main():
 
     import infodiff
     from infodiff import oracles, scoring
-    from infodiff import choices
     from infodiff.data import text as text_data
     from infodiff.harness import InfodiffLM
     from lm_eval.api.instance import Instance
@@ -75,7 +74,7 @@ def main():
     exact_best = np.array([int(np.argmax(t_)) for t_ in truth])
     answers = np.array([q[2] for q in qs])
     t = time.time()
-    fixed = choices.choose(run, [q[0] for q in qs], [q[1] for q in qs], adaptive=False, num_samples=128)
+    fixed = run.choose([q[0] for q in qs], [q[1] for q in qs], adaptive=False, num_samples=128)
     wall_fixed = time.time() - t
     passes = np.array([r["forward_passes"] for r in lm.records])
     res = {"questions": len(qs), "order": a.order, "temperature": a.temperature, "first_samples": lm.first_samples,
