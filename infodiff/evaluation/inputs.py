@@ -5,7 +5,8 @@ registration's ``input_format`` (:mod:`infodiff.tasks`): 'text' (masked and SEDD
 [N, D] -> -log P(x) per example). Each input kind is one file of :mod:`infodiff.evaluation.queries`
 (detection, reading, scoring, rows, plots, report.txt lines, config keys); this module holds the
 parts they share: decoding, empty rows, the keyed .jsonl reader, the text scorer
-(:func:`score_rows`), the report (:func:`input_report`) and the rows files. Every -log p is the trained network's NELBO (an upper bound on
+(:func:`score_rows`), the report (:func:`input_report`) and the rows files.
+Every -log p is the trained network's NELBO (an upper bound on
 its -log p); a ratio is a difference of two NELBOs, not a bound. The report's ``bound`` says
 which (``'nelbo'`` or ``'nelbo_difference'``, :data:`report.BOUNDS`); ``units`` are units only.
 

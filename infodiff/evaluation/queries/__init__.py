@@ -146,7 +146,8 @@ def detect(path, input_format: str = "text") -> Query | None:
         return by_ext[0] if by_ext else None
     obj = first_row(path)
     for q in by_ext:
-        if q.detects is not None and (obj is ... and q.read is not None or isinstance(obj, dict) and q.detects(obj)):
+        unreadable = obj is ... and q.read is not None
+        if q.detects is not None and (unreadable or (isinstance(obj, dict) and q.detects(obj))):
             return q
     return None
 

@@ -215,6 +215,7 @@ QUERY = register(Query(
     compare_refusal=("{path} holds multiple-choice questions; --compare scores documents (.txt) or "
                      "{{prompt, response}} pairs: score the questions with each run on its own"),
     few_samples_key="eval.choice_samples",
-    sample=lambda folder: jsonl.write_rows(folder, "mc.jsonl", [{"prompt": "the cat", "choices": [" sat", " dog"], "answer": 0}]),
-    malformed=lambda folder: jsonl.write_rows(folder, "bad_mc.jsonl", [{"prompt": "the cat", "choices": [" sat", " dog"]},
-                                                             {"prompt": "one", "choices": [" two"]}])))
+    sample=lambda folder: jsonl.write_rows(folder, "mc.jsonl", [
+        {"prompt": "the cat", "choices": [" sat", " dog"], "answer": 0}]),
+    malformed=lambda folder: jsonl.write_rows(folder, "bad_mc.jsonl", [
+        {"prompt": "the cat", "choices": [" sat", " dog"]}, {"prompt": "one", "choices": [" two"]}])))
