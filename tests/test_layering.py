@@ -118,6 +118,13 @@ def str_consts(node) -> list[str]:
     return []
 
 
+def compared_with(node, names) -> list[str]:
+    """The names of ``names`` that ``node`` compares with, if it is a comparison."""
+    if not isinstance(node, ast.Compare):
+        return []
+    return [v for e in (node.left, *node.comparators) for v in str_consts(e) if v in names]
+
+
 def process_name_uses(sources, names) -> list[str]:
     """'file:line: ...' for every comparison with a registered process name (a str constant, or
     a tuple / list / set holding one) and every read of ``<x>.process.name`` /
@@ -131,10 +138,8 @@ def process_name_uses(sources, names) -> list[str]:
 
     for where, _, tree in sources:
         for node in ast.walk(tree):
-            if isinstance(node, ast.Compare):
-                hit = [v for e in (node.left, *node.comparators) for v in consts(e) if v in names]
-                if hit:
-                    bad.append(f"{where}:{node.lineno}: compares with the process name {hit[0]!r}")
+            if hit := compared_with(node, names):
+                bad.append(f"{where}:{node.lineno}: compares with the process name {hit[0]!r}")
             elif isinstance(node, ast.Attribute) and node.attr == "name" and is_process(node.value):
                 bad.append(f"{where}:{node.lineno}: reads .process.name")
             elif isinstance(node, ast.Subscript) and consts(node.slice) == ["name"] and is_process(node.value):
@@ -230,10 +235,8 @@ def input_kind_uses(sources, names) -> list[str]:
 
     for where, _, tree in sources:
         for node in ast.walk(tree):
-            if isinstance(node, ast.Compare):
-                hit = [v for e in (node.left, *node.comparators) for v in consts(e) if v in names]
-                if hit:
-                    bad.append(f"{where}:{node.lineno}: compares with the input kind {hit[0]!r}")
+            if hit := compared_with(node, names):
+                bad.append(f"{where}:{node.lineno}: compares with the input kind {hit[0]!r}")
             elif isinstance(node, ast.Subscript) and kind_keys(node.value):
                 bad.append(f"{where}:{node.lineno}: indexes a dict keyed by input kinds")
             elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
