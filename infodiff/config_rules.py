@@ -9,12 +9,11 @@ that reads the keys. :func:`infodiff.config_usage.not_read` applies both.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Callable
 
 import ml_collections
 
-__all__ = ["Conditional", "get", "equals", "differs", "all_of", "keys", "ORACLE", "NETWORK", "NO_INPUT", "CHOICES", "is_choices_file"]
+__all__ = ["Conditional", "get", "equals", "differs", "all_of", "keys", "ORACLE", "NETWORK", "NO_INPUT"]
 
 Test = Callable[[ml_collections.ConfigDict], bool]
 
@@ -63,31 +62,3 @@ def keys(names, when: str, test: Test, scope: Test = lambda c: True) -> tuple[Co
 NETWORK = differs("eval.mode", "oracle")
 ORACLE = equals("eval.mode", "oracle")
 NO_INPUT: Test = lambda c: not get(c, "eval.input")  # noqa: E731
-
-
-def is_choices_file(path) -> bool:
-    """Whether ``path`` (a config's eval.input) is a multiple-choice .jsonl: its first non-empty
-    line is a JSON object with "choices" (a UTF-8 BOM allowed). True for a file that cannot be
-    opened (its own error is then reported where it is read, not as a key that is not read); False
-    for a first line that is not JSON (read as another kind, whose reader names the line)."""
-    import json
-
-    if not path or not str(path).lower().endswith(".jsonl"):
-        return False
-    if not os.path.isfile(str(path)):
-        return True  # missing, a directory, a FIFO (never opened: it would wait for a writer), a device
-    try:
-        with open(str(path), encoding="utf-8-sig", errors="replace") as f:
-            for line in f:
-                if line.strip():
-                    try:
-                        obj = json.loads(line)
-                    except (ValueError, RecursionError):
-                        return False
-                    return isinstance(obj, dict) and "choices" in obj
-    except OSError:
-        return True
-    return False
-
-
-CHOICES: Test = lambda c: is_choices_file(get(c, "eval.input"))  # noqa: E731

@@ -110,6 +110,18 @@ def track_reads(config: ml_collections.ConfigDict):
 _ORACLE = cr.ORACLE
 _NO_INPUT = cr.NO_INPUT
 
+def _input_reads(key: str):
+    """Test: scoring ``eval.input`` reads ``key`` (the detected input kind declares it:
+    :func:`infodiff.evaluation.queries.reads_key`)."""
+
+    def test(c) -> bool:
+        from infodiff.evaluation import queries
+
+        return queries.reads_key(c, key)
+
+    return test
+
+
 # The rules of every config; a process's own rules are its registration's (infodiff/tasks/<name>.py).
 CONDITIONAL: tuple[Conditional, ...] = (
     # noise schedules, optimiser
@@ -120,16 +132,16 @@ CONDITIONAL: tuple[Conditional, ...] = (
     Conditional("train.max_loss_ratio", "train.divergence_guard is True",
                 lambda c: bool(cr.get(c, "train.divergence_guard", True))),
     # scoring a user's file (evaluate.py --config.eval.input=FILE)
-    *cr.keys(("eval.input_unit", "eval.input_samples", "eval.target_se"),
-             "eval.input is set and is not a multiple-choice .jsonl",
-             lambda c: bool(cr.get(c, "eval.input")) and not cr.CHOICES(c)),
-    *cr.keys(("eval.choice_confidence", "eval.choice_samples", "eval.choice_max_samples"),
-             "eval.input is a multiple-choice .jsonl ({\"prompt\", \"choices\", \"answer\"})", cr.CHOICES),
-    Conditional("eval.limit", "eval.input is set (the rows of a file)", lambda c: bool(cr.get(c, "eval.input"))),
+    # (each input kind declares the keys it reads: infodiff/evaluation/queries/<kind>.py, config_keys)
+    *(Conditional(k, "eval.input is set and is not a multiple-choice .jsonl", _input_reads(k))
+      for k in ("eval.input_unit", "eval.input_samples", "eval.target_se")),
+    *(Conditional(k, "eval.input is a multiple-choice .jsonl ({\"prompt\", \"choices\", \"answer\"})", _input_reads(k))
+      for k in ("eval.choice_confidence", "eval.choice_samples", "eval.choice_max_samples")),
+    Conditional("eval.limit", "eval.input is set (the rows of a file)", _input_reads("eval.limit")),
     # where a trained run's evaluation writes (infodiff/evaluation/run.py: output_dir); oracle mode overwrites
     Conditional("eval.overwrite", "eval.mode = 'network' (a trained run)", cr.NETWORK),
     Conditional("eval.input_max_samples", "eval.input is set and eval.target_se > 0",
-                lambda c: bool(cr.get(c, "eval.input")) and not cr.CHOICES(c)
+                lambda c: _input_reads("eval.input_max_samples")(c)
                 and float(cr.get(c, "eval.target_se", 0.0) or 0.0) > 0),
     # the Markov-4 toys (experiments/paper.py): a table file, or a generated chain
     Conditional("toy.temperature", "toy.table is empty (a generated chain)", lambda c: not cr.get(c, "toy.table"),

@@ -110,28 +110,37 @@ def upward_imports(sources) -> list[str]:
     return bad
 
 
+def str_consts(node) -> list[str]:
+    """The str constants of ``node``: itself, or those a tuple / list / set holds."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [v for e in node.elts for v in str_consts(e)]
+    return []
+
+
+def compared_with(node, names) -> list[str]:
+    """The names of ``names`` that ``node`` compares with, if it is a comparison."""
+    if not isinstance(node, ast.Compare):
+        return []
+    return [v for e in (node.left, *node.comparators) for v in str_consts(e) if v in names]
+
+
 def process_name_uses(sources, names) -> list[str]:
     """'file:line: ...' for every comparison with a registered process name (a str constant, or
     a tuple / list / set holding one) and every read of ``<x>.process.name`` /
     ``<x>.process['name']`` / ``<x>.process.get('name')``."""
     bad = []
 
-    def consts(node):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            return [node.value]
-        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-            return [v for e in node.elts for v in consts(e)]
-        return []
+    consts = str_consts
 
     def is_process(node):  # config.process (a report's r["process"]["name"] is its own field)
         return isinstance(node, ast.Attribute) and node.attr == "process"
 
     for where, _, tree in sources:
         for node in ast.walk(tree):
-            if isinstance(node, ast.Compare):
-                hit = [v for e in (node.left, *node.comparators) for v in consts(e) if v in names]
-                if hit:
-                    bad.append(f"{where}:{node.lineno}: compares with the process name {hit[0]!r}")
+            if hit := compared_with(node, names):
+                bad.append(f"{where}:{node.lineno}: compares with the process name {hit[0]!r}")
             elif isinstance(node, ast.Attribute) and node.attr == "name" and is_process(node.value):
                 bad.append(f"{where}:{node.lineno}: reads .process.name")
             elif isinstance(node, ast.Subscript) and consts(node.slice) == ["name"] and is_process(node.value):
@@ -209,6 +218,58 @@ def test_the_registry_checks_fail_on_what_they_guard():
     assert len(process_name_uses(fake, {"poisson", "sedd"})) == 5
     assert len(module_arguments(fake)) == 2
     assert upward_imports([("x.py", "newpart", ast.parse(""))])  # a part without a layer
+
+
+# ---------------------------------------------------------------------------------------------
+# The query registry: an input kind's name is compared only in its own file
+# ---------------------------------------------------------------------------------------------
+def input_kind_uses(sources, names) -> list[str]:
+    """'file:line: ...' for every comparison with an input-kind name (a str constant, or a tuple /
+    list / set holding one) and every dict literal keyed by kind names that is indexed or read
+    with ``.get`` (``{"text": ..., "pairs": ...}[kind]``): a switch on the kind."""
+    bad = []
+
+    consts = str_consts
+
+    def kind_keys(node):
+        return isinstance(node, ast.Dict) and [v for k in node.keys if k is not None for v in consts(k) if v in names]
+
+    for where, _, tree in sources:
+        for node in ast.walk(tree):
+            if hit := compared_with(node, names):
+                bad.append(f"{where}:{node.lineno}: compares with the input kind {hit[0]!r}")
+            elif isinstance(node, ast.Subscript) and kind_keys(node.value):
+                bad.append(f"{where}:{node.lineno}: indexes a dict keyed by input kinds")
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                  and kind_keys(node.func.value)):
+                bad.append(f"{where}:{node.lineno}: reads a dict keyed by input kinds")
+    return bad
+
+
+def test_input_kinds_are_compared_only_in_their_own_query_files():
+    from infodiff.evaluation import queries
+
+    outside = [p for p in LIB if "queries" not in p.relative_to(ROOT / "infodiff").parts]
+    bad = input_kind_uses(_sources(outside), set(queries.REGISTRY))
+    assert not bad, bad
+
+
+def test_the_input_kind_check_fails_on_a_planted_switch():
+    """A synthetic module that switches on kinds the way evaluation/inputs.py, plots.py,
+    comparison.py and report.py did before the query registry: every switch is flagged."""
+    src = ast.parse(
+        "def f(kind, cols, r):\n"
+        "    if kind == 'choices' or r['input']['format'] in ('counts', 'x'):\n"
+        "        return None\n"
+        "    names = {'text': ('text',), 'pairs': ('response',)}[kind]\n"
+        "    key = {'counts': 'eval.num_samples'}.get(kind, 'eval.input_samples')\n"
+        "    return cols['text'] if kind != 'text' else names, key, {'text': 1}\n")
+    fake = [("infodiff/evaluation/fake.py", "evaluation", src)]
+    found = input_kind_uses(fake, {"text", "pairs", "ratios", "choices", "counts"})
+    assert [b.split(": ", 1)[1] for b in sorted(found, key=lambda b: int(b.split(":")[1]))] == [
+        "compares with the input kind 'choices'", "compares with the input kind 'counts'",
+        "indexes a dict keyed by input kinds", "reads a dict keyed by input kinds",
+        "compares with the input kind 'text'"], found
 
 
 # ---------------------------------------------------------------------------------------------

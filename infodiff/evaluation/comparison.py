@@ -19,7 +19,7 @@ import numpy as np
 
 from infodiff import compare as compare_lib
 from infodiff import scoring
-from infodiff.evaluation import inputs, plots
+from infodiff.evaluation import inputs, plots, queries
 from infodiff.evaluation import report as report_lib
 
 __all__ = ["evaluate_compare", "out_dir"]
@@ -75,12 +75,9 @@ def evaluate_compare(config, workdir: str, other: str, run_a: scoring.Run | None
                          "(.txt, one document per line, or .jsonl {\"prompt\", \"response\"})")
     read_notes: list = []
     kind, ids, cols = inputs.read_input(path, str(ev.input_unit), notes=read_notes)
-    if kind == "choices":
-        raise ValueError(f"{path} holds multiple-choice questions; --compare scores documents (.txt) or "
-                         "{prompt, response} pairs: score the questions with each run on its own")
-    if kind == "ratios":
-        raise ValueError(f"{path} holds ratios ({{prompt, a, b}}); --compare scores documents (.txt) or "
-                         "{prompt, response} pairs: score a and b as pairs")
+    query = queries.get(kind)
+    if query.compare is None:
+        raise ValueError(query.compare_refusal.format(path=path))
     run_a = run_a if run_a is not None else scoring.load_run(workdir, config=config)  # run_a: a checkpoint's
     run_b = _load_other(other, config)
     out = out_dir(workdir, path, other, run_a.checkpoint_step, run_b.checkpoint_step)
@@ -88,9 +85,8 @@ def evaluate_compare(config, workdir: str, other: str, run_a: scoring.Run | None
     tse = float(ev.target_se) or None
     if tse is not None and tse < 0:
         raise ValueError(f"config.eval.target_se={ev.target_se} must be >= 0 (0: a fixed budget)")
-    rows_in = {"texts": cols["text"]} if kind == "text" else {"prompts": cols["prompt"], "responses": cols["response"]}
+    rows_in, scored, what = query.compare(cols)
     c = inputs.row_errors(lambda: compare_lib.compare(run_a, run_b, **rows_in, target_se=tse, progress=True), ids)
-    scored = cols["text"] if kind == "text" else cols["response"]
     chars = [len(run_a.encode(t)) for t in scored]
     passes = c.a.info["forward_passes_per_row"] + c.b.info["forward_passes_per_row"]
     rows = [{"id": rid, "nll_a": float(c.a.mean[i]), "se_a": float(c.a.stderr[i]), "nll_b": float(c.b.mean[i]),
@@ -116,7 +112,6 @@ def evaluate_compare(config, workdir: str, other: str, run_a: scoring.Run | None
         if not target["reached"]:
             notes.append(f"target_se {tse} not reached by every row at {c.a.num_samples} samples per window "
                          f"(config.eval.input_max_samples); the largest paired SE is {float(c.stderr_paired.max()):.4g}")
-    what = "-log p(document)" if kind == "text" else "-log p(response | prompt)"
     rep = report_lib.CompareReport(
         quantity=f"{what.replace('p(', 'p_a(')} - ({what.replace('p(', 'p_b(')})", bound="model_difference",
         process=run_a.task.process_info(run_a.process), units={"item": "row", "nll": "nats per row"},

@@ -2,7 +2,11 @@
 run and write a report, per-row files and plots. What a run scores is its process
 registration's ``input_format`` (:mod:`infodiff.tasks`): 'text' (masked and SEDD runs, through
 :mod:`infodiff.scoring`) or 'counts' (Poisson runs: a ``.npy`` of counts [N, *event_shape] or
-[N, D] -> -log P(x) per example). Every -log p is the trained network's NELBO (an upper bound on
+[N, D] -> -log P(x) per example). Each input kind is one file of :mod:`infodiff.evaluation.queries`
+(detection, reading, scoring, rows, plots, report.txt lines, config keys); this module holds the
+parts they share: decoding, empty rows, the keyed .jsonl reader, the text scorer
+(:func:`score_rows`), the report (:func:`input_report`) and the rows files.
+Every -log p is the trained network's NELBO (an upper bound on
 its -log p); a ratio is a difference of two NELBOs, not a bound. The report's ``bound`` says
 which (``'nelbo'`` or ``'nelbo_difference'``, :data:`report.BOUNDS`); ``units`` are units only.
 
@@ -30,6 +34,7 @@ per byte (lm-eval's ``bits_per_byte``: total -log2 p / UTF-8 bytes) and byte per
 from __future__ import annotations
 
 import csv
+import dataclasses
 import errno
 import hashlib
 import io
@@ -44,17 +49,16 @@ import numpy as np
 
 from infodiff import provenance, scoring
 from infodiff.validation import check_num_samples
-from infodiff.evaluation import choices as choices_eval
 from infodiff.evaluation import intervals, plots
 from infodiff.evaluation.jsonl import json_rows, row_id  # noqa: F401  (re-exported)
 from infodiff.evaluation import report as report_lib
 
-__all__ = ["read_input", "evaluate_input", "evaluate_input_with", "INPUT_UNITS", "row_attachments", "row_errors", "sha256", "run_checkpoint",
+__all__ = ["read_input", "evaluate_input", "evaluate_input_with", "evaluate_text", "unit_count", "score_rows", "TextScoring", "Request", "ReportContext",
+           "INPUT_UNITS", "row_attachments", "row_errors", "sha256", "run_checkpoint",
            "default_out_dir", "shown", "json_rows", "row_id"]
 
 INPUT_UNITS = ("line", "file")
 LN2 = math.log(2.0)
-_KINDS = {("prompt", "response"): "pairs", ("a", "b", "prompt"): "ratios"}
 
 
 def _decode_bytes(path: str, data: bytes, notes: list | None) -> str:
@@ -125,7 +129,7 @@ def _empty_why(tokenizer) -> str:
 def _skip_empty(path: str, kind: str, ids: list, cols: dict, lines: list, tokenizer, notes: list | None):
     """Drop the rows whose scored text (a line, a response, a or b) is empty after ``tokenizer``
     (text8: nothing but punctuation): a note names their lines. ValueError if no row is left."""
-    names = {"text": ("text",), "pairs": ("response",), "ratios": ("a", "b")}[kind]
+    names = queries.get(kind).scored
     empty = [i for i in range(len(ids)) if any(len(tokenizer.encode(cols[n][i])[0]) == 0 for n in names)]
     if not empty:
         return ids, cols
@@ -204,15 +208,15 @@ def read_input(path: str, unit: str = "line", notes: list | None = None,
                          "document per line) or .jsonl ({\"prompt\", \"response\"} or {\"prompt\", \"a\", \"b\"})")
     if unit != "line":
         raise ValueError("config.eval.input_unit='file' applies to .txt inputs only")
-    from infodiff.config_rules import is_choices_file
-
-    if is_choices_file(path):
-        return choices_eval.read_choices(path, lines)
+    own = queries.detect(path)  # a kind with its own reader (multiple choice), by its first row
+    if own is not None and own.read is not None:
+        return own.read(path, lines)
+    kinds = {q.row_keys: q.name for q in queries.serving("text") if q.row_keys}
     kind, ids, cols = None, [], {}
     seen, line_of = {}, []
     for i, obj in json_rows(path, lines):
         keys = tuple(sorted(k for k in obj if k != "id"))
-        k = _KINDS.get(keys)
+        k = kinds.get(keys)
         if k is None:
             raise ValueError(f"{path}:{i}: keys {sorted(obj)}; expected {{\"prompt\", \"response\"}} or "
                              "{\"prompt\", \"a\", \"b\"} (and optionally \"id\")")
@@ -267,73 +271,7 @@ def row_errors(fn, ids):
         raise
 
 
-def read_counts(path: str, event_shape: tuple, max_count: int) -> np.ndarray:
-    """int64 [N, D] counts of a ``.npy`` file of shape [N, *event_shape] or [N, D].
-    Raises FileNotFoundError; ValueError naming the file for another extension, a wrong shape,
-    non-integer, negative or too large counts, or no rows."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"eval.input: file not found: {path!r}")
-    if os.path.splitext(path)[1].lower() != ".npy":
-        raise ValueError(f"eval.input {path!r}: a Poisson run scores counts: give a .npy array of shape "
-                         f"[N, {', '.join(map(str, event_shape))}]")
-    try:
-        arr = np.load(path, allow_pickle=False)
-    except ValueError as e:
-        raise ValueError(f"eval.input {path!r} is not a numeric .npy array ({e})") from None
-    D = int(np.prod(event_shape))
-    if arr.ndim < 1 or arr.shape[0] == 0 or int(np.prod(arr.shape[1:])) != D or \
-            tuple(arr.shape[1:]) not in (tuple(event_shape), (D,)):
-        raise ValueError(f"eval.input {path!r} has shape {arr.shape}; expected [N, {', '.join(map(str, event_shape))}] "
-                         f"or [N, {D}] with N >= 1")
-    flat = arr.reshape(arr.shape[0], D)
-    if not np.issubdtype(flat.dtype, np.number) or not np.all(np.isfinite(flat)) or np.any(flat != np.round(flat)):
-        raise ValueError(f"eval.input {path!r}: counts must be finite integers")
-    from infodiff import tasks
-
-    tasks.check_counts(flat, max_count, f"eval.input {path!r}")
-    return flat.astype(np.int64)
-
-
-def _evaluate_counts(config, workdir, t0) -> tuple[dict, str]:
-    """A Poisson run's -log P(x) per row of a .npy of counts (nats per example, bits per dim)."""
-    import jax
-
-    from infodiff import likelihood as lk
-    from infodiff import tasks, training
-
-    ev = config.eval
-    path = str(ev.input)
-    task = tasks.make_task(config)
-    check_num_samples(ev.num_samples, "config.eval.num_samples")  # the split's other eval keys are not read here
-    if int(ev.batch_size) < 1:
-        raise ValueError(f"config.eval.batch_size={ev.batch_size} must be >= 1 (rows per denoiser call)")
-    x = read_counts(path, tuple(task.data.event_shape), int(task.data.max_count))
-    x, limit_notes = _limit(config, x, len(x))
-    report_lib.refuse_existing(output_dir_of(config, workdir), config)
-    params, meta = training.load_params(workdir, task, ema=bool(ev.use_ema))
-    den = task.denoiser(params)
-    process = task.estimation_process()
-    est = lk.nll(den, task.scaling.scale(x), jax.random.fold_in(jax.random.key(int(ev.seed)), 0), process=process,
-                 num_samples=int(ev.num_samples), batch_size=int(ev.batch_size), progress=True)
-    D = x.shape[1]
-    rows = [{"id": str(i + 1), "value": float(est.mean[i]), "se": float(est.stderr[i]), "samples": int(est.num_samples),
-             "forward_passes": int(est.forward_passes), "dims": D,
-             "bits_per_dim": float(est.mean[i] / (D * LN2))} for i in range(len(x))]
-    total, total_se = est.total()
-    summary = {"total_nats": total, "total_stderr": total_se, "mean_nll_per_row": float(est.mean.mean()),
-               "dimensions": int(D * len(x)), "bits_per_dim": total / (D * len(x) * LN2),
-               "bits_per_dim_stderr": total_se / (D * len(x) * LN2)}
-    out_dir = output_dir_of(config, workdir)
-    rep = _report(config, "counts", "-log P(x)", {"item": "example", "nll": "nats per example",
-                                                  "bits": "bits per dimension"}, "nelbo",
-                  path, len(x), workdir, provenance.checkpoint_info(meta), D, est, summary, task.process_info(process),
-                  None, rows, out_dir, t0)
-    if limit_notes:
-        rep.setdefault("notes", []).extend(limit_notes)
-    return rep, out_dir
-
-
-def _limit(config, rows, n: int):
+def apply_limit(config, rows, n: int):
     """(the first ``eval.limit`` rows, [a note]) when 0 < limit < n; ``eval.limit`` = 0: all rows.
     ``rows``: a list, or a dict of lists (columns). ValueError for a negative limit."""
     limit = int(config.eval.get("limit", 0) or 0)
@@ -353,11 +291,58 @@ def run_checkpoint(run) -> dict | None:
     return {"step": run.checkpoint_step, "state_sha256": run.checkpoint_sha256}
 
 
-def _report(config, kind, quantity, units, bound, path, n_rows, workdir, checkpoint, model_length, est, summary,
-            process_info, cleaning, rows, out_dir, t0, interval=report_lib.ABSENT, figures=()) -> dict:
-    """The input report; ``checkpoint``: :func:`provenance.checkpoint_info` of the checkpoint
-    scored with (None for an external denoiser); ``figures``: more (file name, draw(binary file))
-    beside rows.png."""
+@dataclasses.dataclass
+class ReportContext:
+    """What an input report is built from (:func:`_report`).
+
+    Attributes:
+      config: the run's config (``eval.*`` read: input_unit, use_ema, seed).
+      kind: the input kind (a :data:`queries.REGISTRY` name; the report's ``input.format``).
+      quantity: what a row's value is, in words.
+      units: the report's ``units`` ({'item', 'nll', 'bits'}).
+      bound: :data:`report.BOUNDS` ('nelbo' or 'nelbo_difference').
+      path: the scored file; n_rows: its rows scored.
+      workdir: the run's directory.
+      checkpoint: :func:`provenance.checkpoint_info` of the checkpoint scored with (None for an
+        external denoiser).
+      model_length: the model's length (tokens L or dimensions D).
+      est: the Estimate (or what the report reads of one: estimator, samples, SE method).
+      summary: the report's ``summary``; process_info: its ``process``; cleaning: its
+        ``cleaning`` (None: absent).
+      rows: the per-row dicts (rows.jsonl / rows.csv); out_dir: where the report goes.
+      t0: the start time (time.time()).
+      interval: the report's ``interval`` block (absent by default).
+      figures: more (file name, draw(binary file)) beside rows.png.
+    """
+
+    config: object
+    kind: str
+    quantity: str
+    units: dict
+    bound: str
+    path: str
+    n_rows: int
+    workdir: str
+    checkpoint: dict | None
+    model_length: int
+    est: object
+    summary: dict
+    process_info: dict
+    cleaning: dict | None
+    rows: list
+    out_dir: str
+    t0: float
+    interval: object = report_lib.ABSENT
+    figures: tuple = ()
+
+
+def input_report(ctx: ReportContext) -> dict:
+    """The input report of ``ctx`` (a :class:`report.Report` carrying rows.jsonl, rows.csv and
+    the figures)."""
+    config, kind, quantity, units, bound, path = ctx.config, ctx.kind, ctx.quantity, ctx.units, ctx.bound, ctx.path
+    n_rows, workdir, checkpoint, model_length, est = ctx.n_rows, ctx.workdir, ctx.checkpoint, ctx.model_length, ctx.est
+    summary, process_info, cleaning, rows, out_dir = ctx.summary, ctx.process_info, ctx.cleaning, ctx.rows, ctx.out_dir
+    t0, interval, figures = ctx.t0, ctx.interval, ctx.figures
     ev = config.eval
     sha = sha256(path)
     attachments, plot_notes = row_attachments(rows, [
@@ -380,7 +365,7 @@ def _report(config, kind, quantity, units, bound, path, n_rows, workdir, checkpo
                             data={"path": os.path.abspath(path), "sha256": sha}))
     out = report_lib.Report(rep.to_dict(), attachments=attachments)
     if est.few_samples and not est.infinite_variance:
-        key = {"counts": "eval.num_samples", "choices": "eval.choice_samples"}.get(kind, "eval.input_samples")
+        key = queries.get(kind).few_samples_key
         out.setdefault("notes", []).append(
             f"config.{key}={est.num_samples} is below the estimator's min_samples={est.min_samples}: the per-row "
             f"SEs are too small (few_samples); use --config.{key}={est.min_samples} or more")
@@ -391,22 +376,47 @@ def evaluate_input(config, workdir: str) -> tuple[dict, str]:
     """Score ``config.eval.input`` with the run in ``workdir``; returns (report, output dir).
     Writes nothing: the report (a :class:`report.Report`) carries rows.jsonl, rows.csv and
     rows.png, written with report.json and report.txt as one unit by the caller
-    (:func:`report.write_report`), after it has printed the table."""
+    (:func:`report.write_report`), after it has printed the table. One path: the file's query
+    (:func:`queries.detect` for the run's process input format) scores it; a file no kind claims
+    goes to the format's first reader, which names why it is refused."""
     from infodiff import tasks
 
-    return _SCORERS[tasks.registration(config).input_format](config, workdir, time.time())
+    fmt = tasks.registration(config).input_format
+    query = queries.detect(str(config.eval.input), fmt) or queries.serving(fmt)[0]
+    return query.evaluate(config, workdir, time.time())
 
 
 def evaluate_input_with(config, directory: str, run) -> tuple[dict, str]:
     """Score ``config.eval.input`` with a Run already loaded (a released checkpoint in ``directory``,
     :mod:`infodiff.pretrained`): the report of :func:`evaluate_input`, written by the caller."""
-    return _evaluate_text(config, directory, time.time(), run=run)
+    return evaluate_text(config, directory, time.time(), run=run)
 
 
-def _evaluate_text(config, workdir, t0, run=None) -> tuple[dict, str]:
-    """A text run's -log p per row of a .txt / .jsonl file (:mod:`infodiff.scoring`); ``run``: a
-    Run already loaded (a released checkpoint, :mod:`infodiff.pretrained`; ``workdir`` its directory),
-    else the run in ``workdir``."""
+@dataclasses.dataclass
+class Request:
+    """A text file read for scoring (:func:`evaluate_text`), handed to its query's ``score``.
+
+    Attributes: config, workdir, t0 (start time), path (the file), kind (its query's name), ids
+    (row ids), cols ({column: list}), run (:class:`infodiff.scoring.Run`), order (the run's
+    any-order settings or None), notes (the reader's and ``eval.limit``'s)."""
+
+    config: object
+    workdir: str
+    t0: float
+    path: str
+    kind: str
+    ids: list
+    cols: dict
+    run: object
+    order: dict | None
+    notes: list
+
+
+def evaluate_text(config, workdir, t0, run=None) -> tuple[dict, str]:
+    """A text run's file (.txt / .jsonl): read (:func:`read_input`), then scored by its kind's
+    query (``queries.get(kind).score``) through :mod:`infodiff.scoring`. ``run``: a Run already
+    loaded (a released checkpoint, :mod:`infodiff.pretrained`; ``workdir`` its directory), else the
+    run in ``workdir``."""
     from infodiff import tasks
 
     ev = config.eval
@@ -417,11 +427,42 @@ def _evaluate_text(config, workdir, t0, run=None) -> tuple[dict, str]:
     (ids, cols), limit_notes = _limit_rows(config, ids, cols)
     run = run if run is not None else scoring.load_run(workdir, config=config)
     order = run.task.order_settings()
-    if kind == "choices":
-        return _evaluate_choices(config, workdir, t0, path, ids, cols, run, order, read_notes + limit_notes)
-    if order and order["interval"] and kind == "ratios":
-        raise ValueError(f"config.eval.interval=True: {path} holds ratios ({{prompt, a, b}}), which get no interval "
-                         "(a difference of two -log p); drop --config.eval.interval or score a and b as pairs")
+    return queries.get(kind).score(Request(config, workdir, t0, path, kind, ids, cols, run, order,
+                                           read_notes + limit_notes))
+
+
+@dataclasses.dataclass(frozen=True)
+class TextScoring:
+    """How :func:`score_rows` scores one kind of text rows (a query's part of the shared path).
+
+    Attributes:
+      quantity: what a row's value is, in words (the report's ``quantity``).
+      estimate: ``estimate(run, ids, cols, tse, per) -> (est, chars or None, summary, extra)``
+        (``per``: the tokenizer's unit names, :func:`_per_unit`).
+      row: ``row(est, i, extra) -> dict``: the kind's own fields of row i (bits per unit aside).
+      interval: ``interval(run, cols, kw)``: the any-order interval (None: the kind gets none).
+      interval_refusal: the one-line error for ``eval.interval=True`` (``{path}`` filled in)
+        where ``interval`` is None.
+      prompted: whether rows have a prompt (prompt_chars / context_chars, the cut-prompt note).
+    """
+
+    quantity: str
+    estimate: object
+    row: object = None
+    interval: object = None
+    interval_refusal: str = ""
+    prompted: bool = True
+
+
+def score_rows(req: Request) -> tuple[dict, str]:
+    """-log p (or a log-ratio) per row of a text file of a kind with :class:`TextScoring`
+    (``queries.get(kind).scoring``)."""
+    config, workdir, t0, path, kind, ids, cols = req.config, req.workdir, req.t0, req.path, req.kind, req.ids, req.cols
+    run, order, notes = req.run, req.order, req.notes
+    how = queries.get(kind).scoring
+    ev = config.eval
+    if order and order["interval"] and how.interval is None:
+        raise ValueError(how.interval_refusal.format(path=path))
     out_dir = output_dir_of(config, workdir)
     report_lib.refuse_existing(out_dir, config)  # after the file's and the settings' checks, before any work
     rows, summary = [], {}
@@ -429,32 +470,12 @@ def _evaluate_text(config, workdir, t0, run=None) -> tuple[dict, str]:
     tse = float(ev.target_se) or None
     if tse is not None and tse < 0:
         raise ValueError(f"config.eval.target_se={ev.target_se} must be >= 0 (0: a fixed budget)")
-    if kind == "text":
-        est = row_errors(lambda: run.nll(cols["text"], progress=True, target_se=tse), ids)
-        chars = np.array([_unit_count(run, t) for t in cols["text"]])
-        summary = _totals(est, chars, per, run, cols["text"])
-    elif kind == "pairs":
-        est = row_errors(lambda: run.conditional_nll(cols["prompt"], cols["response"], progress=True,
-                                                      target_se=tse), ids)
-        chars = np.array([_unit_count(run, t) for t in cols["response"]])
-        summary = _totals(est, chars, per, run, cols["response"])
-    else:
-        est = row_errors(lambda: run.log_ratio(cols["prompt"], cols["a"], cols["b"], coupled=True, target_se=tse), ids)
-        dec = run.log_ratio(cols["prompt"], cols["a"], cols["b"], coupled=False, num_samples=est.num_samples)
-        chars = None
-        ratio = dec.stderr / np.where(est.stderr > 0, est.stderr, np.nan)
-        resolved = np.abs(est.mean) > 2 * est.stderr
-        summary = {"mean_log_ratio": float(est.mean.mean()), "mean_log_ratio_stderr": est.pooled_stderr() / len(ids),
-                   "fraction_resolved_2se": float(resolved.mean()),
-                   "fraction_resolved_2se_decoupled": float((np.abs(dec.mean) > 2 * dec.stderr).mean()),
-                   "fraction_a_more_likely": float((est.mean > 0).mean()),
-                   "se_ratio_decoupled_over_coupled_median": float(np.nanmedian(ratio))}
+    est, chars, summary, extra = how.estimate(run, ids, cols, tse, per)
     changed = run.last_changed
     oi, t_interval = None, time.time()
     if order and order["interval"]:
         kw = dict(orders=order["orders"], level=order["level"], proposal=order["proposal"], progress=True, nelbo=est)
-        oi = (run.nll_interval(cols["text"], **kw) if kind == "text"
-              else run.conditional_nll_interval(cols["prompt"], cols["response"], **kw))
+        oi = how.interval(run, cols, kw)
         run.last_changed = changed
     t_interval = time.time() - t_interval
     passes = est.info["forward_passes_per_row"]
@@ -462,16 +483,12 @@ def _evaluate_text(config, workdir, t0, run=None) -> tuple[dict, str]:
         r = {"id": rid, "value": float(est.mean[i]), "se": float(est.stderr[i]), "samples": int(est.num_samples),
              "windows": int(est.info["windows_per_row"][i]), "forward_passes": int(passes[i]),
              "changed_chars": int(sum(changed[i].values()))}
-        if kind != "text":
+        if how.prompted:
             r.update(prompt_chars=int(run.last_context[i]), context_chars=int(est.info["context_per_row"][i]))
         if chars is not None:
             r.update(_per_row(per, float(est.mean[i]), float(est.stderr[i]), int(chars[i])))
-        else:
-            r.update(value_decoupled=float(dec.mean[i]), se_decoupled=float(dec.stderr[i]),
-                     resolved_2se=bool(abs(est.mean[i]) > 2 * est.stderr[i]))
-            ea, eb = est.info["nll_a"], est.info["nll_b"]
-            r.update(log_p_a=-float(ea.mean[i]), log_p_a_se=float(ea.stderr[i]),
-                     log_p_b=-float(eb.mean[i]), log_p_b_se=float(eb.stderr[i]))
+        if how.row is not None:
+            r.update(how.row(est, i, extra))
         if oi is not None:
             r.update(intervals.row_fields(oi, i))
         r.update(_scored_text(kind, cols, i, run.tokenizer))
@@ -480,8 +497,7 @@ def _evaluate_text(config, workdir, t0, run=None) -> tuple[dict, str]:
     for c in changed:
         for k, v in c.items():
             all_changed[k] = all_changed.get(k, 0) + v
-    quantity = {"text": "-log p(document)", "pairs": "-log p(response | prompt)",
-                "ratios": "log p(a | prompt) - log p(b | prompt), coupled"}[kind]
+    quantity = how.quantity
     cleaning = None
     if run.tokenizer.cleans:
         cleaning = {"statement": (f"a CLEANED copy is scored, not the input as given ({run.tokenizer.name}: case "
@@ -490,18 +506,18 @@ def _evaluate_text(config, workdir, t0, run=None) -> tuple[dict, str]:
                                   + "; rows.jsonl: original and cleaned)"),
                     "rules": "text8 (infodiff.data.text.CLEANING_RULES)",
                     "rows_changed": int(sum(1 for c in changed if c)), "characters": all_changed}
-    if kind != "text":
+    if how.prompted:
         cut = [r for r in rows if r["context_chars"] < r["prompt_chars"]]
         unseen = [r["id"] for r in rows if r["prompt_chars"] > 0 and r["context_chars"] == 0]
         summary.update(rows_prompt_cut=len(cut), rows_prompt_unseen=len(unseen))
-    rep = _report(config, kind, quantity, {"item": "row", "nll": "nats per row", "bits": f"bits per {per['unit']}"},
-                  est.info["bound"], path, len(ids), workdir,
-                  run_checkpoint(run), run.seq_len, est, summary, run.task.process_info(run.process), cleaning,
-                  rows, out_dir, t0, **({} if oi is None else {
-                      "interval": intervals.block(oi, chars, t_interval, count="rows", nelbo_total_stderr=est.total()[1]),
-                      "figures": [("intervals.png", lambda buf: plots.intervals_png(buf, rows, quantity, oi.level))]}))
-    if read_notes or limit_notes:
-        rep.setdefault("notes", []).extend(read_notes + limit_notes)
+    rep = input_report(ReportContext(
+        config, kind, quantity, {"item": "row", "nll": "nats per row", "bits": f"bits per {per['unit']}"},
+        est.info["bound"], path, len(ids), workdir, run_checkpoint(run), run.seq_len, est, summary,
+        run.task.process_info(run.process), cleaning, rows, out_dir, t0, **({} if oi is None else {
+            "interval": intervals.block(oi, chars, t_interval, count="rows", nelbo_total_stderr=est.total()[1]),
+            "figures": [("intervals.png", lambda buf: plots.intervals_png(buf, rows, quantity, oi.level))]})))
+    if notes:
+        rep.setdefault("notes", []).extend(notes)
     if tse is not None:
         rep.update(target_se=tse, target_se_reached=bool(est.info["target_se_reached"]),
                    max_samples_per_window=int(est.info["max_samples"]))
@@ -509,7 +525,7 @@ def _evaluate_text(config, workdir, t0, run=None) -> tuple[dict, str]:
             rep.setdefault("notes", []).append(
                 f"target_se {tse} not reached by every row at {est.num_samples} samples per window "
                 f"(config.eval.input_max_samples); the largest SE is {float(est.stderr.max()):.4g}")
-    if kind != "text" and cut:
+    if how.prompted and cut:
         rep.setdefault("notes", []).append(
             f"{len(cut)} of {len(rows)} rows saw only the last characters of their prompt (the model sees "
             f"{run.seq_len} characters: the response's first window keeps L - its length; rows.jsonl: context_chars)"
@@ -518,51 +534,9 @@ def _evaluate_text(config, workdir, t0, run=None) -> tuple[dict, str]:
     return rep, out_dir
 
 
-def _evaluate_choices(config, workdir, t0, path, ids, cols, run, order, read_notes) -> tuple[dict, str]:
-    """A multiple-choice file (:mod:`infodiff.evaluation.choices`)."""
-    if order and order["interval"]:
-        raise ValueError(f"config.eval.interval=True: {path} holds multiple-choice questions, which get no interval; "
-                         "drop --config.eval.interval")
-    out_dir = output_dir_of(config, workdir)
-    report_lib.refuse_existing(out_dir, config)  # after the file's and the settings' checks, before any work
-    res, rows, summary = choices_eval.evaluate_choices(config, ids, cols, run, row_errors)
-    for q, r in enumerate(rows):  # what was scored (logged inputs)
-        r.update(prompt=shown(cols["prompt"][q]), choices=[shown(c) for c in cols["choices"][q]])
-    changed = run.last_changed
-    all_changed: dict = {}
-    for c in changed:
-        for k, v in c.items():
-            all_changed[k] = all_changed.get(k, 0) + v
-    cleaning = ({"statement": (f"a CLEANED copy is scored, not the input as given ({run.tokenizer.name}: case "
-                               "folded, digits spelled out, other characters a space)"),
-                 "rules": "text8 (infodiff.data.text.CLEANING_RULES)",
-                 "rows_changed": int(sum(1 for c in changed if c)), "characters": all_changed}
-                if run.tokenizer.cleans else None)
-    rep = _report(config, "choices", "argmin over options of -log p(option | prompt), coupled; value: the margin "
-                  "-log p(runner-up) + log p(choice)", {"item": "question", "nll": "nats per question"},
-                  "nelbo_difference", path, len(ids), workdir, run_checkpoint(run), run.seq_len,
-                  choices_eval.estimate_view(res, run.process), summary, run.task.process_info(run.process), cleaning,
-                  rows, out_dir, t0)
-    if read_notes:
-        rep.setdefault("notes", []).extend(read_notes)
-    cut = [r["id"] for r in rows if r["context_chars"] < r["prompt_chars"]]
-    if cut:
-        rep.setdefault("notes", []).append(
-            f"{len(cut)} of {len(rows)} questions saw only the last characters of their prompt (the model sees "
-            f"{run.seq_len}: the options' first window keeps L - the longest option; rows.jsonl: context_chars): ids "
-            f"{', '.join(cut[:10])}{', ...' if len(cut) > 10 else ''}")
-    undecided = [r["id"] for r in rows if not r["decided"]]
-    if undecided:
-        rep.setdefault("notes", []).append(
-            f"{len(undecided)} of {len(rows)} questions not decided at confidence {res.confidence} within "
-            f"{res.max_samples} samples per option (config.eval.choice_max_samples): their choice is the current "
-            f"best; ids {', '.join(undecided[:10])}{', ...' if len(undecided) > 10 else ''}")
-    return rep, out_dir
-
-
 def _limit_rows(config, ids, cols):
     """((ids, cols) of the first ``eval.limit`` rows, notes): :func:`_limit` of a text file's rows."""
-    kept, notes = _limit(config, {"__id": ids, **cols}, len(ids))
+    kept, notes = apply_limit(config, {"__id": ids, **cols}, len(ids))
     kept = dict(kept)
     return (kept.pop("__id"), kept), notes
 
@@ -570,16 +544,13 @@ def _limit_rows(config, ids, cols):
 def _scored_text(kind: str, cols: dict, i: int, tokenizer) -> dict:
     """What row i scored: its fields as given (:func:`shown`) and, for a tokenizer that cleans, each
     as scored (``<field>_cleaned``)."""
-    names = {"text": ("text",), "pairs": ("prompt", "response"), "ratios": ("prompt", "a", "b")}[kind]
+    names = queries.get(kind).shown
     field = {"text": "document"}  # a row's key 'text' would shadow the report schema's Schema.text
     out = {field.get(n, n): shown(cols[n][i]) for n in names}
     if tokenizer.cleans and tokenizer.cleaned is not None:
         out.update({f"{field.get(n, n)}_cleaned": tokenizer.cleaned(cols[n][i]) for n in names})
     return out
 
-
-# The scorer of each input format (infodiff.tasks.INPUT_FORMATS: a registration's input_format).
-_SCORERS = {"text": _evaluate_text, "counts": _evaluate_counts}
 
 
 # Per-unit names of a text run's counts and rates (the tokenizer's unit): rows, then the summary.
@@ -591,7 +562,7 @@ _UNITS = {"character": {"unit": "character", "count": "chars", "bits": "bits_per
                    "perplexity": "byte_perplexity"}}
 
 
-def _unit_count(run, text: str) -> int:
+def unit_count(run, text: str) -> int:
     """The units of ``text`` its bits are per: tokens of a character or byte tokenizer, UTF-8 bytes
     of the original text for a subword tokenizer (unit 'token')."""
     if run.tokenizer.unit == "token":
@@ -617,7 +588,7 @@ def _per_row(per: dict, nats: float, se: float, n: int) -> dict:
     return {per["count"]: n, **_rates(per, nats, se, n)}
 
 
-def _totals(est, chars, per: dict = _UNITS["character"], run=None, texts=()) -> dict:
+def totals(est, chars, per: dict = _UNITS["character"], run=None, texts=()) -> dict:
     total, total_se = est.total()
     n = int(chars.sum())
     out = {"total_nats": total, "total_stderr": total_se, "mean_nll_per_row": float(est.mean.mean()),
@@ -650,3 +621,7 @@ def _rows_files(rows: list[dict]) -> dict:
     w.writerows(rows)
     return {"rows.jsonl": "".join(json.dumps(report_lib.strict_json(r)) + "\n" for r in rows).encode("utf-8"),
             "rows.csv": buf.getvalue().encode("utf-8")}
+
+
+# The input kinds (imported last: each kind's file uses the helpers above).
+from infodiff.evaluation import queries  # noqa: E402

@@ -4,9 +4,10 @@ optional ``id`` (read by every .jsonl input kind: pairs, ratios, multiple choice
 from __future__ import annotations
 
 import json
+import os
 import sys
 
-__all__ = ["json_rows", "row_id"]
+__all__ = ["json_rows", "row_id", "write_rows"]
 
 
 def json_rows(path: str, lines: list[str]):
@@ -41,3 +42,12 @@ def row_id(path: str, i: int, obj: dict, seen: dict) -> str:
         raise ValueError(f"{path}:{i}: id {rid!r} was already used on line {seen[str(rid)]}")
     seen[str(rid)] = i
     return str(rid)
+
+
+def write_rows(folder: str, name: str, rows: list[dict]) -> str:
+    """Write ``rows`` as ``folder/name``, one JSON object per line; return its path (the input
+    kinds' sample files, :mod:`infodiff.evaluation.queries`)."""
+    path = os.path.join(folder, name)
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    return path

@@ -256,77 +256,47 @@ def input_rows_png(path, rows: list[dict], kind: str, quantity: str, bits: str =
     """The rows of a scored input file (:mod:`infodiff.evaluation.inputs`; ``path`` a file name
     or a binary file object): for documents and
     responses a histogram of bits per character and each row's NELBO (nats) +- 2 SE against its
-    length (counts: against the row); for ratios each row's coupled log-ratio +- 2 SE, with the decoupled +- 2 SE beside it."""
-    from matplotlib.ticker import MaxNLocator
+    length (counts: against the row); for ratios each row's coupled log-ratio +- 2 SE, with the decoupled +- 2 SE beside it:
+    the two panels are the kind's query's ``draw`` (:mod:`infodiff.evaluation.queries`)."""
+    from infodiff.evaluation import queries
 
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    v = np.array([r["value"] for r in rows])
-    se = np.array([r["se"] for r in rows])
-    if kind == "choices":
-        order = np.argsort(v)
-        ok = np.array([r.get("correct", True) for r in rows])[order]
-        dec = np.array([r["decided"] for r in rows])[order]
-        i = np.arange(1, len(rows) + 1)
-        for sel, color, label in ((ok & dec, "C0", "decided"), (ok & ~dec, "C1", "not decided")):
-            axes[0].errorbar(i[sel], v[order][sel], yerr=2 * se[order][sel], fmt="o", ms=3, capsize=2, color=color,
-                             label=label + (", correct" if "correct" in rows[0] else ""))
-        if "correct" in rows[0]:
-            for sel, color, label in ((~ok & dec, "C3", "decided, wrong"), (~ok & ~dec, "C4", "not decided, wrong")):
-                axes[0].errorbar(i[sel], v[order][sel], yerr=2 * se[order][sel], fmt="x", ms=4, capsize=2,
-                                 color=color, label=label)
-        axes[0].axhline(0.0, color="grey", lw=0.8)
-        axes[0].set_yscale("symlog", linthresh=1.0)
-        axes[0].set_xlabel("question (sorted by margin)")
-        axes[0].set_ylabel("margin over the runner-up (nats) ± 2 SE")
-        axes[0].legend(fontsize=8)
-        axes[0].set_title(f"{len(rows)} questions; decided: {np.mean(dec):.0%}")
-        axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))  # questions, 1-based
-        fp = np.array([r["forward_passes"] for r in rows])
-        axes[1].hist(fp, bins=np.unique(fp).size if np.unique(fp).size < 30 else 30, color="C2", edgecolor="white")
-        axes[1].set_xlabel("forward passes per question (all options)")
-        axes[1].set_ylabel("questions")
-        axes[1].set_title(f"adaptive stopping: mean {fp.mean():.0f} passes")
-        axes[1].xaxis.set_major_locator(MaxNLocator(integer=True))  # passes
-    elif kind in ("text", "pairs", "counts"):
-        bpc = np.array([r["bits_per_dim" if kind == "counts" else "bits_per_byte" if "bits_per_byte" in r
-                          else "bits_per_char"] for r in rows])
-        axes[0].hist(bpc, bins=min(30, max(5, len(rows) // 2)), color="C0", edgecolor="white")
-        axes[0].set_xlabel(bits)
-        axes[0].set_ylabel("rows")
-        axes[0].set_title(f"{quantity}: {len(rows)} rows")
-        count = "bytes" if rows and "bytes" in rows[0] else "chars"
-        n = np.arange(1, len(rows) + 1) if kind == "counts" else np.array([r[count] for r in rows])
-        axes[1].errorbar(n, v, yerr=2 * se, fmt="o", ms=3, capsize=2, color="C0")
-        axes[1].set_xlabel(("bytes" if count == "bytes" else "characters") + " scored" if kind != "counts" else "row")
-        axes[1].set_ylabel("NELBO (nats) ± 2 SE")  # an upper bound on the NLL
-        axes[1].set_title("per row")
-    else:
-        i = np.arange(1, len(rows) + 1)
-        vd = np.array([r["value_decoupled"] for r in rows])
-        sd = np.array([r["se_decoupled"] for r in rows])
-        axes[0].errorbar(i - 0.15, v, yerr=2 * se, fmt="o", ms=3, capsize=2, color="C0", label="coupled")
-        axes[0].errorbar(i + 0.15, vd, yerr=2 * sd, fmt="s", ms=3, capsize=2, color="C1", alpha=0.6,
-                         label="decoupled")
-        axes[0].axhline(0.0, color="grey", lw=0.8)
-        axes[0].set_xlabel("row (1-based)")
-        axes[0].set_ylabel("log p(a | prompt) - log p(b | prompt) (nats) ± 2 SE")
-        axes[0].legend()
-        axes[0].set_title(f"{len(rows)} rows; resolved at 2 SE: {np.mean(np.abs(v) > 2 * se):.0%}")
-        axes[1].hist(sd / np.where(se > 0, se, np.nan), bins=min(30, max(5, len(rows) // 2)), color="C2",
-                     edgecolor="white")
-        axes[1].set_xlabel("SE decoupled / SE coupled")
-        axes[1].set_ylabel("rows")
-        axes[1].set_title("what the coupling saves")
-    hist = axes[0] if kind not in ("ratios", "choices") else axes[1]
-    hist.yaxis.set_major_locator(MaxNLocator(integer=True))  # row counts
-    if kind == "ratios" and len(rows) <= 30:
-        axes[0].set_xticks(np.arange(1, len(rows) + 1), [str(r["id"]) for r in rows], rotation=90, fontsize=7)
-        axes[0].set_xlabel("row id")
+    queries.get(kind).draw(axes, rows, quantity, bits)
     for ax in axes:
         ax.grid(alpha=0.3)
     fig.tight_layout()
     _save(fig, path)
+
+
+def integer_axis(axis) -> None:
+    """Integer ticks only on ``axis`` (an Axes' xaxis / yaxis: counts, 1-based rows)."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
+def nll_rows_axes(axes, rows: list[dict], quantity: str, bits: str, counts: bool = False) -> None:
+    """rows.png's panels of -log p rows (documents, responses; ``counts``: a Poisson run's examples):
+    a histogram of bits per character / byte / dimension, and each row's NELBO (nats) +- 2 SE
+    against its length (counts: against the row)."""
+    from matplotlib.ticker import MaxNLocator
+
+    v = np.array([r["value"] for r in rows])
+    se = np.array([r["se"] for r in rows])
+    bpc = np.array([r["bits_per_dim" if counts else "bits_per_byte" if "bits_per_byte" in r
+                      else "bits_per_char"] for r in rows])
+    axes[0].hist(bpc, bins=min(30, max(5, len(rows) // 2)), color="C0", edgecolor="white")
+    axes[0].set_xlabel(bits)
+    axes[0].set_ylabel("rows")
+    axes[0].set_title(f"{quantity}: {len(rows)} rows")
+    count = "bytes" if rows and "bytes" in rows[0] else "chars"
+    n = np.arange(1, len(rows) + 1) if counts else np.array([r[count] for r in rows])
+    axes[1].errorbar(n, v, yerr=2 * se, fmt="o", ms=3, capsize=2, color="C0")
+    axes[1].set_xlabel(("bytes" if count == "bytes" else "characters") + " scored" if not counts else "row")
+    axes[1].set_ylabel("NELBO (nats) ± 2 SE")  # an upper bound on the NLL
+    axes[1].set_title("per row")
+    axes[0].yaxis.set_major_locator(MaxNLocator(integer=True))  # row counts
 
 
 def compare_rows_png(path, rows: list[dict]) -> None:

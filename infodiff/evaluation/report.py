@@ -873,29 +873,17 @@ class InputRow(Schema):
 
 
 def _input_summary_rows(r) -> list:
-    s, fmt = r["summary"], r["input"]["format"]
-    if fmt == "choices":
-        out = [("questions", f"{s['questions']}, {s['fraction_decided']:.1%} decided at confidence {s['confidence']}"),
-               ("forward passes per question", f"mean {s['forward_passes_per_question_mean']:.1f}, median "
-                f"{s['forward_passes_per_question_median']:.0f}, max {s['forward_passes_per_question_max']} "
-                f"({'adaptive' if s['adaptive'] else 'fixed'}, {s['first_samples']} to {s['max_samples']} samples per "
-                f"option, {'coupled' if s['coupled'] else 'decoupled'} options)"),
-               ("expected flips", f"{s['expected_flips']:.3g} questions (would change with unlimited samples)")]
-        if "accuracy" in s:
-            se = "" if s.get("accuracy_stderr") is None else f" ± {s['accuracy_stderr']:.4f} (questions)"
-            out.insert(0, ("accuracy", f"{s['accuracy']:.4f}{se} ± {s['accuracy_mc_stderr']:.4f} (Monte Carlo, at most)"))
-        else:
-            out.append(("Monte Carlo error of an accuracy", f"at most {s['accuracy_mc_stderr']:.4f}"))
-        return out
-    if fmt == "ratios":
-        return [("mean log-ratio", f"{s['mean_log_ratio']:+.4f} ± {s['mean_log_ratio_stderr']:.4f}"),
-                ("resolved at 2 SE", f"{s['fraction_resolved_2se']:.0%} coupled, "
-                                     f"{s['fraction_resolved_2se_decoupled']:.0%} decoupled"),
-                ("a more likely", f"{s['fraction_a_more_likely']:.0%} of rows"),
-                ("SE decoupled / coupled", f"{s['se_ratio_decoupled_over_coupled_median']:.2f} (median)")]
-    per = ("bits per dimension", "bits_per_dim", "dimensions") if fmt == "counts" else (
-        "bits per byte", "bits_per_byte", "bytes") if "bits_per_byte" in s else (
-        "bits per character", "bits_per_char", "characters")
+    from infodiff.evaluation import queries
+
+    return queries.get(r["input"]["format"]).summary_lines(r)
+
+
+def nll_summary_rows(r, per: tuple | None = None) -> list:
+    """report.txt's summary rows of -log p rows: the total ± SE and bits per unit (``per``: (label,
+    summary key, count key); None: bits per byte or character, as the summary holds)."""
+    s = r["summary"]
+    per = per or (("bits per byte", "bits_per_byte", "bytes") if "bits_per_byte" in s else (
+        "bits per character", "bits_per_char", "characters"))
     out = [(f"total {_bound_label(r).split(',')[0]} (nats)", f"{s['total_nats']:.3f} ± {s['total_stderr']:.3f}"),
            (per[0], f"{s[per[1]]:.4f} ± {s[per[1] + '_stderr']:.4f} ({s[per[2]]} {per[2]})")]
     if "byte_perplexity" in s:
@@ -913,22 +901,20 @@ def _cleaning_row(r) -> str:
 
 
 def _preview_lines(r) -> list[str]:
+    from infodiff.evaluation import queries
+
     prev, fmt = r["rows_preview"], r["input"]["format"]
     if not prev:
         return []
     name = _bound_label(r).split(",")[0]
-    if fmt == "counts":
-        hdr = ["row", f"{name} (nats)", "SE", "bits/dim"]
-        body = [[p["id"], f"{p['value']:.3f}", f"{p['se']:.3f}", f"{p['bits_per_dim']:.4f}"] for p in prev]
-    elif fmt == "choices":
-        hdr = ["id", "choice", "answer", "margin (nats)", "SE", "decided", "p_flip", "passes"]
-        body = [[p["id"], p["choice"], p.get("answer", "-"), f"{p['value']:.3f}", f"{p['se']:.3f}",
-                 "yes" if p["decided"] else "no", f"{p['p_flip']:.2g}", p["forward_passes"]] for p in prev]
-    elif fmt == "ratios":
-        hdr = ["id", "log-ratio", "SE", "SE decoupled", "resolved", "windows"]
-        body = [[p["id"], f"{p['value']:+.3f}", f"{p['se']:.3f}", f"{p['se_decoupled']:.3f}",
-                 "yes" if p["resolved_2se"] else "no", p["windows"]] for p in prev]
-    elif "bits_per_byte" in prev[0]:
+    hdr, body = queries.get(fmt).preview(prev, name)
+    return ["", f"first {len(prev)} of {r['input']['rows']} rows:", table(hdr, body)]
+
+
+def nll_preview(prev: list, name: str) -> tuple[list, list]:
+    """(header, body) of report.txt's row table of -log p rows (documents, responses): bits per byte
+    or character, as the rows hold."""
+    if "bits_per_byte" in prev[0]:
         hdr = ["id", f"{name} (nats)", "SE", "bytes", "bits/byte", "SE", "windows"]
         body = [[p["id"], f"{p['value']:.3f}", f"{p['se']:.3f}", p["bytes"], f"{p['bits_per_byte']:.3f}",
                  f"{p['bits_per_byte_stderr']:.3f}", p["windows"]] for p in prev]
@@ -936,7 +922,7 @@ def _preview_lines(r) -> list[str]:
         hdr = ["id", f"{name} (nats)", "SE", "chars", "bits/char", "windows", "changed"]
         body = [[p["id"], f"{p['value']:.3f}", f"{p['se']:.3f}", p["chars"], f"{p['bits_per_char']:.3f}",
                  p["windows"], p["changed_chars"]] for p in prev]
-    return ["", f"first {len(prev)} of {r['input']['rows']} rows:", table(hdr, body)]
+    return hdr, body
 
 
 @dataclasses.dataclass(kw_only=True)

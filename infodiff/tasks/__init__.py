@@ -64,8 +64,9 @@ __all__ = [
 ]
 
 LN2 = math.log(2.0)
-# What evaluate.py --config.eval.input=FILE scores for a process (infodiff.evaluation.inputs):
-# 'text' (.txt / .jsonl through infodiff.scoring, windows with padding) or 'counts' (.npy).
+# What evaluate.py --config.eval.input=FILE scores for a process: 'text' (.txt / .jsonl through
+# infodiff.scoring, windows with padding) or 'counts' (.npy); each input kind of a format is a
+# Query of infodiff.evaluation.queries (Query.input_format).
 INPUT_FORMATS = ("text", "counts")
 
 ApplyFn = Callable[[jax.Array, jax.Array], jax.Array]
