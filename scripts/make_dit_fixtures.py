@@ -8,13 +8,16 @@ with PyTorch (a separate environment: torch is not an infodiff dependency).
 How the committed fixtures were made:
     git clone https://github.com/louaaron/Score-Entropy-Discrete-Diffusion  SEDD   # commit 0605786da5ccb5747545e26d66fdf477187598b6
     git clone https://github.com/kuleshov-group/mdlm                         MDLM   # commit c112c526d193436838c98d81455ee51f90309470
+    git clone https://github.com/s-sahoo/duo                                 DUO    # commit 7c9b498f5b717de064d6fad7e2509c866e6cb620
     python -m venv tv && tv/bin/pip install torch==2.13.0 numpy einops safetensors omegaconf huggingface_hub==0.36.0
-    tv/bin/python scripts/make_dit_fixtures.py --sedd SEDD --mdlm MDLM --out tests/fixtures/pretrained
+    tv/bin/python scripts/make_dit_fixtures.py --sedd SEDD --mdlm MDLM --duo DUO --out tests/fixtures/pretrained
+(each of --sedd, --mdlm, --duo is optional: only the fixtures of the checkouts given are written)
 
 flash-attn (CUDA only) is replaced by plain PyTorch in a stub package this script puts on the path:
   - ``flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0, causal=False)``
     for equal-length rows: softmax(q k^T / sqrt(d)) v per row (``scaled_dot_product_attention``);
-  - ``flash_attn.layers.rotary.apply_rotary_emb_qkv_(qkv, cos, sin)`` (MDLM only; SEDD falls back
+  - ``flash_attn.layers.rotary.apply_rotary_emb_qkv_(qkv, cos, sin)`` (MDLM) and
+    ``apply_rotary_emb_torch(x, cos, sin)`` (duo; one of q, k) (SEDD falls back
     to its own TorchScript rotary when flash-attn's is absent): flash-attn's non-interleaved
     rotary, cos/sin [L, d/2] applied to q and k, (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)
     over the two halves of the head width (flash-attn's ``apply_rotary_emb_torch`` reference).
@@ -65,6 +68,9 @@ STUB = {
             x1, x2 = x.chunk(2, dim=-1)
             c, s = cos[None, :, None, :], sin[None, :, None, :]
             return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+        def apply_rotary_emb_torch(x, cos, sin, interleaved=False):
+            assert not interleaved and cos.shape[-1] * 2 == x.shape[-1]
+            return _rot(x, cos, sin)
         def apply_rotary_emb_qkv_(qkv, cos, sin, cos_k=None, sin_k=None, interleaved=False, seqlen_offsets=0):
             assert not interleaved and cos.shape[-1] * 2 == qkv.shape[-1]
             qkv[:, :, 0] = _rot(qkv[:, :, 0], cos, sin)
@@ -144,10 +150,13 @@ def make_sedd(sedd_dir: pathlib.Path, out_root: pathlib.Path, graph: str, seed: 
         del sys.modules[m]
 
 
-def _methods_from(source: pathlib.Path, names) -> dict:
-    """Functions ``names`` of the classes in ``source``, compiled from its text (unchanged)."""
+def _methods_from(source: pathlib.Path, names, class_name: str | None = None) -> dict:
+    """Functions ``names`` of the classes in ``source`` (of class ``class_name`` only, if given),
+    compiled from its text (unchanged)."""
     tree = ast.parse(source.read_text())
-    ns = {"torch": __import__("torch"), "np": np}
+    if class_name is not None:
+        tree = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == class_name)
+    ns = {"torch": __import__("torch"), "np": np, "F": __import__("torch").nn.functional}
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and node.name in names:
             exec(compile(ast.Module([node], []), str(source), "exec"), ns)
@@ -194,28 +203,93 @@ def make_mdlm(mdlm_dir: pathlib.Path, out_root: pathlib.Path, time_conditioning:
                                      "output": "logits (SUBS log-probabilities)", "seed": seed})
 
 
+def _module_from(path: pathlib.Path, name: str):
+    """The module in file ``path`` alone (a package's __init__ may import CUDA-only backbones)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def make_duo(duo_dir: pathlib.Path, out_root: pathlib.Path, seed: int) -> None:
+    """duo (s-sahoo/duo): its models/dit.py ``DIT`` (bidirectional, time-conditioned), sigma through
+    ``Diffusion._process_sigma`` (trainer_base.py) and the output through
+    ``DUO_BASE._process_model_output`` (algo.py), both run unchanged on a stand-in ``self``. Also
+    stored: ``DUO_BASE.nll_per_token`` (its NELBO integrand per unit t) at the fixture's inputs,
+    clean tokens ``x0_BxL`` and alpha_t = 1 - lam at each noise level, for the NELBO's parity."""
+    import omegaconf
+    import torch
+    from safetensors.torch import save_file
+
+    dit = _module_from(duo_dir / "models" / "dit.py", "duo_dit")
+    V = 40  # uniform-state: no mask token
+    cfg = {"algo": {"causal_attention": False},
+           "model": {**TINY, "scale_by_sigma": True, "dropout": 0.1}}
+    model = dit.DIT(omegaconf.OmegaConf.create(cfg), V)
+    _randomise(model, torch, seed)
+    model.eval()
+    sig = _methods_from(duo_dir / "trainer_base.py", ("_process_sigma", "_sigma_from_alphat"))
+    out_m = _methods_from(duo_dir / "algo.py", ("_process_model_output", "nll_per_token"), "DUO_BASE")
+    me = types.SimpleNamespace(time_conditioning=True, vocab_size=V)
+    out = out_root / "duo"
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({f"backbone.{k}": v.contiguous() for k, v in model.state_dict().items()}, str(out / "model.safetensors"),
+              metadata={"format": "pt"})
+    config = {"architectures": ["DUO"], "model_type": "duo", "vocab_size": V, "model_length": TINY["length"],
+              "causal": False, "hidden_dim": TINY["hidden_size"], "cond_dim": TINY["cond_dim"],
+              "n_blocks": TINY["n_blocks"], "n_heads": TINY["n_heads"], "dropout": 0.1, "var_min": True}
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    rng = np.random.default_rng(seed)
+    x0 = rng.integers(0, V, size=(B, L)).astype(np.int64)
+    x = np.where(rng.random((B, L)) < 0.5, rng.integers(0, V, size=(B, L)), x0)  # half the tokens redrawn
+    outputs, nll = [], []
+    with torch.no_grad():
+        for s in SIGMAS:
+            xt = torch.from_numpy(x)
+            alpha_t = torch.full((B, 1), math.exp(-s), dtype=torch.float64)
+            sigma = sig["_process_sigma"](me, sig["_sigma_from_alphat"](me, alpha_t.float()))
+            log_x_theta = out_m["_process_model_output"](me, model_output=model(xt, sigma), xt=xt, sigma=sigma)
+            outputs.append(log_x_theta.numpy())
+            nll.append(out_m["nll_per_token"](me, log_x_theta=log_x_theta.double(), xt=xt, x0=torch.from_numpy(x0),
+                                              alpha_t=alpha_t.expand(B, L), dalpha_t=-torch.ones(B, L,
+                                              dtype=torch.float64)).numpy())
+    _write(out, x, SIGMAS, outputs, {"source": "s-sahoo/duo", "commit": _commit(duo_dir),
+                                     "network": "models.dit.DIT + Diffusion._process_sigma + "
+                                                "DUO_BASE._process_model_output; NELBO: DUO_BASE.nll_per_token",
+                                     "output": "log x_theta (mean parametrisation)", "seed": seed})
+    np.savez_compressed(out / "nelbo.npz", x0_BxL=x0.astype(np.int32), alpha_S=np.exp(-np.asarray(SIGMAS, np.float64)),
+                        nll_per_token_SxBxL=np.stack(nll))
+
+
 def _commit(repo: pathlib.Path) -> str:
     return subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sedd", type=pathlib.Path, required=True, help="checkout of louaaron/Score-Entropy-Discrete-Diffusion")
-    ap.add_argument("--mdlm", type=pathlib.Path, required=True, help="checkout of kuleshov-group/mdlm")
+    ap.add_argument("--sedd", type=pathlib.Path, help="checkout of louaaron/Score-Entropy-Discrete-Diffusion")
+    ap.add_argument("--mdlm", type=pathlib.Path, help="checkout of kuleshov-group/mdlm")
+    ap.add_argument("--duo", type=pathlib.Path, help="checkout of s-sahoo/duo")
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("tests/fixtures/pretrained"))
     args = ap.parse_args()
     stub = pathlib.Path(tempfile.mkdtemp())
     _stub_flash_attn(stub / "sedd", with_rotary=False)
     _stub_flash_attn(stub / "mdlm", with_rotary=True)
-    sys.path.insert(0, str(stub / "sedd"))
-    make_sedd(args.sedd.resolve(), args.out, "absorb", seed=1)
-    make_sedd(args.sedd.resolve(), args.out, "uniform", seed=2)
-    sys.path.remove(str(stub / "sedd"))
-    for mod in [k for k in sys.modules if k == "flash_attn" or k.startswith("flash_attn.")]:
-        del sys.modules[mod]
+    if args.sedd:
+        sys.path.insert(0, str(stub / "sedd"))
+        make_sedd(args.sedd.resolve(), args.out, "absorb", seed=1)
+        make_sedd(args.sedd.resolve(), args.out, "uniform", seed=2)
+        sys.path.remove(str(stub / "sedd"))
+        for mod in [k for k in sys.modules if k == "flash_attn" or k.startswith("flash_attn.")]:
+            del sys.modules[mod]
     sys.path.insert(0, str(stub / "mdlm"))
-    make_mdlm(args.mdlm.resolve(), args.out, time_conditioning=False, seed=3)
-    make_mdlm(args.mdlm.resolve(), args.out, time_conditioning=True, seed=4)
+    if args.mdlm:
+        make_mdlm(args.mdlm.resolve(), args.out, time_conditioning=False, seed=3)
+        make_mdlm(args.mdlm.resolve(), args.out, time_conditioning=True, seed=4)
+    if args.duo:
+        make_duo(args.duo.resolve(), args.out, seed=5)
     print(f"fixtures written under {args.out}")
 
 

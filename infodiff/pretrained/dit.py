@@ -1,4 +1,4 @@
-"""The diffusion transformer (DiT) of SEDD and MDLM in JAX, reading their released weights as they are.
+"""The diffusion transformer (DiT) of SEDD, MDLM and duo in JAX, reading their released weights as they are.
 
 Network (Lou et al. 2024, SEDD, arXiv 2310.16834, App. C; Sahoo et al. 2024, MDLM, arXiv
 2406.07524, Sec. 4 and App. C; both after Peebles & Xie 2023, DiT):
@@ -17,12 +17,17 @@ Raw outputs (``Loaded.apply``):
     ``SUBS_NEG`` (-1e6, as the reference code) added, log-softmax over the vocabulary, and every
     unmasked position carries its token (log-prob 0, the others ``SUBS_NEG``). Without time
     conditioning sigma is replaced by zeros before the network.
+  - duo (``kind='duo'``, uniform-state diffusion, Sahoo et al. 2025, arXiv 2506.10892): the
+    mean parametrisation, log-softmax of the output over all V tokens (duo's
+    ``DUO_BASE._process_model_output``); always time-conditioned, sigma = -log(alpha_t).
 
 Checkpoint layouts (config.json + model.safetensors): SEDD's hub layout (the training config as
 a dict: ``tokens``, ``graph.type``, ``noise``, ``model.{hidden_size, cond_dim, length, n_blocks,
 n_heads, scale_by_sigma}``; tensors named as the modules above), MDLM's (``model_type: "mdlm"``,
 ``vocab_size``, ``model_length``, ``hidden_dim``, ``cond_dim``, ``n_blocks``, ``n_heads``,
-``time_conditioning``; tensors under ``backbone.``). The module-level constants below are the
+``time_conditioning``; tensors under ``backbone.``), duo's (``model_type: "duo"``, the MDLM
+fields without ``time_conditioning`` and with ``causal: false``; the same ``backbone.`` tensors:
+duo's hub model wraps the same DiT as ``backbone``). The module-level constants below are the
 details a port can get wrong; the parity tests change each one and check that parity fails.
 """
 from __future__ import annotations
@@ -40,8 +45,8 @@ from infodiff.pretrained.base import Loaded, PretrainedError
 
 __all__ = ["KINDS", "detect", "load", "Arch", "arch_of", "expected_shapes", "forward"]
 
-SEDD, MDLM = "sedd", "mdlm"  # checkpoint kinds (the released code bases), not infodiff process names
-KINDS = (SEDD, MDLM)
+SEDD, MDLM, DUO = "sedd", "mdlm", "duo"  # checkpoint kinds (the released code bases), not process names
+KINDS = (SEDD, MDLM, DUO)
 LN_EPS = 1e-5  # torch.nn.functional.layer_norm's default, used by both reference networks
 ROTARY_BASE = 10_000.0
 FREQ_EMBED = 256  # width of the sinusoidal time embedding
@@ -71,10 +76,10 @@ class Arch:
 
 
 def detect(config: dict) -> str | None:
-    """'mdlm' for MDLM's hub config (``model_type: mdlm``), 'sedd' for SEDD's (a training config
-    with ``tokens``, ``graph`` and ``model``), else None."""
-    if config.get("model_type") == MDLM:
-        return MDLM
+    """'mdlm' / 'duo' for MDLM's / duo's hub config (``model_type: mdlm`` / ``duo``), 'sedd' for
+    SEDD's (a training config with ``tokens``, ``graph`` and ``model``), else None."""
+    if config.get("model_type") in (MDLM, DUO):
+        return config["model_type"]
     if all(k in config for k in ("tokens", "graph", "model")) and isinstance(config.get("model"), dict):
         return SEDD
     return None
@@ -111,6 +116,14 @@ def arch_of(config: dict, kind: str) -> Arch:
                  int(_get(config, "n_blocks", kind)), int(_get(config, "n_heads", kind)),
                  int(_get(config, "model_length", kind)), "backbone.", bool(config.get("time_conditioning", False)),
                  False, "absorb", V - 1)
+    elif kind == DUO:
+        if config.get("causal", False):
+            raise PretrainedError("config.json causal=true: a causal (autoregressive) duo backbone is not a diffusion "
+                                  "model; the duo port reads the bidirectional DiT")
+        a = Arch(kind, int(_get(config, "vocab_size", kind)), int(_get(config, "hidden_dim", kind)),
+                 int(_get(config, "cond_dim", kind)), int(_get(config, "n_blocks", kind)),
+                 int(_get(config, "n_heads", kind)), int(_get(config, "model_length", kind)), "backbone.", True,
+                 False, "uniform", -1)
     else:
         raise PretrainedError(f"kind={kind!r} is not a DiT kind; choose from {KINDS}")
     if a.hidden % a.n_heads or (a.hidden // a.n_heads) % 2:
@@ -284,6 +297,11 @@ def mdlm_subs(a: Arch, logits_BxLxV, x_BxL):
     return jnp.where((x_BxL != a.mask_id)[..., None], carried, logp)
 
 
+def duo_mean(logits_BxLxV):
+    """duo's mean parametrisation: log x_theta = log-softmax of the output over all V tokens."""
+    return jax.nn.log_softmax(logits_BxLxV, axis=-1)
+
+
 def forward(a: Arch, params, x_BxL, sigma_B):
     """Raw output float32 [B, L, V] of ``a``'s network (module docstring) at int32 ids x_BxL and
     float32 noise levels sigma_B (total noise; ignored without time conditioning)."""
@@ -293,11 +311,13 @@ def forward(a: Arch, params, x_BxL, sigma_B):
     out = backbone(a, params, x_BxL, net_sigma)
     if a.kind == SEDD:
         return sedd_log_score(a, out, x_BxL, sigma_B)
+    if a.kind == DUO:
+        return duo_mean(out)
     return mdlm_subs(a, out, x_BxL)
 
 
 def load(directory: pathlib.Path, config: dict, kind: str, dtype=jnp.float32) -> Loaded:
-    """A :class:`Loaded` DiT (SEDD or MDLM) from ``directory``; every tensor checked against the
+    """A :class:`Loaded` DiT (SEDD, MDLM or duo) from ``directory``; every tensor checked against the
     config's shapes first. Raises PretrainedError (one line) for a config or tensors that do not fit."""
     a = arch_of(config, kind)
     tensors, source = safetensors_io.read_tensors(directory)
@@ -312,8 +332,10 @@ def load(directory: pathlib.Path, config: dict, kind: str, dtype=jnp.float32) ->
     info = {"graph": a.graph, "weights": source, "scale_by_sigma": a.scale_by_sigma, "arch": dataclasses.asdict(a)}
     if kind == SEDD:
         info["noise"] = dict(config.get("noise", {"type": "loglinear"}))
-    else:
+    else:  # MDLM's and duo's log-linear schedule, alpha_t = 1 - (1 - eps) t
         info["noise"] = {"type": "loglinear", "eps": 1e-3}
+    if kind == DUO:
+        info["process"] = "uniform_state"
     return Loaded(apply=apply, params=params, kind=kind, vocab_size=a.vocab_size, mask_id=a.mask_id,
                   max_seq_len=a.max_seq_len, output="log_score" if kind == SEDD else "logits",
                   time_conditioned=a.time_conditioned, info=info)
