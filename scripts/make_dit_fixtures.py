@@ -9,9 +9,10 @@ How the committed fixtures were made:
     git clone https://github.com/louaaron/Score-Entropy-Discrete-Diffusion  SEDD   # commit 0605786da5ccb5747545e26d66fdf477187598b6
     git clone https://github.com/kuleshov-group/mdlm                         MDLM   # commit c112c526d193436838c98d81455ee51f90309470
     git clone https://github.com/s-sahoo/duo                                 DUO    # commit 7c9b498f5b717de064d6fad7e2509c866e6cb620
+    git clone https://github.com/kuleshov-group/bd3lms                       BD3LM  # commit 1c3e8f43d88dfbcee5ff2aa6932a9e74b31ae1d7
     python -m venv tv && tv/bin/pip install torch==2.13.0 numpy einops safetensors omegaconf huggingface_hub==0.36.0
-    tv/bin/python scripts/make_dit_fixtures.py --sedd SEDD --mdlm MDLM --duo DUO --out tests/fixtures/pretrained
-(each of --sedd, --mdlm, --duo is optional: only the fixtures of the checkouts given are written)
+    tv/bin/python scripts/make_dit_fixtures.py --sedd SEDD --mdlm MDLM --duo DUO --bd3lm BD3LM --out tests/fixtures/pretrained
+(add transformers to tv for BD3LM's hub model; each of --sedd, --mdlm, --duo, --bd3lm is optional: only the fixtures of the checkouts given are written)
 
 flash-attn (CUDA only) is replaced by plain PyTorch in a stub package this script puts on the path:
   - ``flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0, causal=False)``
@@ -263,6 +264,59 @@ def make_duo(duo_dir: pathlib.Path, out_root: pathlib.Path, seed: int) -> None:
                         nll_per_token_SxBxL=np.stack(nll))
 
 
+def make_bd3lm(bd3lm_dir: pathlib.Path, out_root: pathlib.Path, block_size: int, time_conditioning: bool,
+               seed: int) -> None:
+    """BD3-LM (kuleshov-group/bd3lms): the hub model of its models/hf/ (``BD3LM``: ``DITBackbone``,
+    the published layout), ``attn_backend='sdpa'`` (the documented CPU path of the same mask), saved
+    by its own ``save_pretrained``; sigma through ``Diffusion._process_sigma`` and the output through
+    ``Diffusion._subs_parameterization`` (diffusion.py), both run unchanged on a stand-in ``self``.
+    Inputs: the two-copy layout [x_t, x_0] of 2L tokens; row 0 a clean x_0 with x_t masked at
+    random, row 1 the denoiser form [z, z] (a clean prefix, a partly masked block, later blocks
+    masked)."""
+    import torch
+
+    sys.path.insert(0, str(bd3lm_dir / "models"))
+    from hf import BD3LM, BD3LMConfig  # the checkout's hub model
+
+    V = 41  # 40 real tokens + the mask (mask_index = vocab_size - 1)
+    cfg = BD3LMConfig(block_size=block_size, vocab_size=V, model_length=TINY["length"], cross_attn=True, adaln=True,
+                      attn_backend="sdpa", causal=False, hidden_dim=TINY["hidden_size"], cond_dim=TINY["cond_dim"],
+                      n_blocks=TINY["n_blocks"], n_heads=TINY["n_heads"], dropout=0.1,
+                      time_conditioning=time_conditioning, var_min=True)
+    model = BD3LM(cfg)
+    _randomise(model, torch, seed)
+    model.eval()
+    m = _methods_from(bd3lm_dir / "diffusion.py", ("_process_sigma", "_subs_parameterization"), "Diffusion")
+    me = types.SimpleNamespace(mask_index=V - 1, neg_infinity=-1000000.0, time_conditioning=time_conditioning,
+                               parameterization="subs")
+    out = out_root / f"bd3lm_bs{block_size}"
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out), safe_serialization=True)
+    n = TINY["length"]
+    rng = np.random.default_rng(seed)
+    x0 = rng.integers(0, V - 1, size=(2, n)).astype(np.int64)
+    xt = np.where(rng.random((2, n)) < 0.5, V - 1, x0)
+    b = n // block_size // 2  # row 1: block b half masked, the blocks after it masked
+    z = x0[1].copy()
+    z[b * block_size:(b + 1) * block_size][rng.random(block_size) < 0.5] = V - 1
+    z[(b + 1) * block_size:] = V - 1
+    x = np.stack([np.concatenate([xt[0], x0[0]]), np.concatenate([z, z])])
+    outputs = []
+    with torch.no_grad():
+        for s in SIGMAS:
+            xin = torch.from_numpy(x)
+            sigma = m["_process_sigma"](me, torch.full((2, 1), s, dtype=torch.float32))
+            logits = model(input_ids=xin, timesteps=sigma, return_dict=False)
+            outputs.append(m["_subs_parameterization"](me, logits=logits, xt=xin[:, :n]).numpy())
+    _write(out, x, SIGMAS, outputs, {"source": "kuleshov-group/bd3lms", "commit": _commit(bd3lm_dir),
+                                     "network": "models/hf BD3LM (sdpa) + Diffusion._process_sigma/_subs_parameterization",
+                                     "input": "[x_t, x_0], 2L tokens", "output": "logits (SUBS log-probabilities)",
+                                     "seed": seed})
+    sys.path.remove(str(bd3lm_dir / "models"))
+    for mod in [k for k in sys.modules if k == "hf" or k.startswith("hf.")]:
+        del sys.modules[mod]
+
+
 def _commit(repo: pathlib.Path) -> str:
     return subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 
@@ -272,6 +326,7 @@ def main() -> None:
     ap.add_argument("--sedd", type=pathlib.Path, help="checkout of louaaron/Score-Entropy-Discrete-Diffusion")
     ap.add_argument("--mdlm", type=pathlib.Path, help="checkout of kuleshov-group/mdlm")
     ap.add_argument("--duo", type=pathlib.Path, help="checkout of s-sahoo/duo")
+    ap.add_argument("--bd3lm", type=pathlib.Path, help="checkout of kuleshov-group/bd3lms")
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("tests/fixtures/pretrained"))
     args = ap.parse_args()
     stub = pathlib.Path(tempfile.mkdtemp())
@@ -290,6 +345,9 @@ def main() -> None:
         make_mdlm(args.mdlm.resolve(), args.out, time_conditioning=True, seed=4)
     if args.duo:
         make_duo(args.duo.resolve(), args.out, seed=5)
+    if args.bd3lm:  # block sizes of the released checkpoints; the 8 one time-conditioned (the other branch)
+        for seed, (bs, tc) in enumerate([(4, False), (8, True), (16, False)], start=6):
+            make_bd3lm(args.bd3lm.resolve(), args.out, bs, tc, seed)
     print(f"fixtures written under {args.out}")
 
 

@@ -210,9 +210,11 @@ def rotate_half(x):
     return jnp.concatenate([-x2, x1], axis=-1)
 
 
-def rotary_tables(L: int, head_dim: int):
-    """cos, sin [L, head_dim] of positions times [freqs, freqs] (float32)."""
-    freqs = np.arange(L, dtype=np.float32)[:, None] * inv_freq(head_dim)[None]
+def rotary_tables(L: int, head_dim: int, positions=None):
+    """cos, sin [L, head_dim] of positions (default 0..L-1; BD3-LM's two copies: each its own
+    0..L/2-1) times [freqs, freqs] (float32)."""
+    pos = np.arange(L) if positions is None else np.asarray(positions)
+    freqs = pos.astype(np.float32)[:, None] * inv_freq(head_dim)[None]
     emb = np.concatenate([freqs, freqs], axis=-1)
     return jnp.asarray(np.cos(emb)), jnp.asarray(np.sin(emb))
 
@@ -221,16 +223,19 @@ def _modulate(x, shift, scale):
     return x * (1 + scale[:, None]) + shift[:, None]
 
 
-def _attention(q, k, v):
-    """Bidirectional softmax attention; q, k, v [B, L, H, d] -> [B, L, H*d] (softmax in float32)."""
+def _attention(q, k, v, mask_LxL=None):
+    """Softmax attention; q, k, v [B, L, H, d] -> [B, L, H*d] (softmax in float32); bidirectional,
+    or where bool ``mask_LxL`` [query, key] allows (BD3-LM's block-diffusion mask)."""
     d = q.shape[-1]
     s = jnp.einsum("blhd,bmhd->bhlm", q, k).astype(jnp.float32) / math.sqrt(d)
+    if mask_LxL is not None:
+        s = jnp.where(jnp.asarray(mask_LxL)[None, None], s, -jnp.inf)
     w = jax.nn.softmax(s, axis=-1).astype(v.dtype)
     o = jnp.einsum("bhlm,bmhd->blhd", w, v)
     return o.reshape(o.shape[:2] + (-1,))
 
 
-def _block(a: Arch, h, c, cos, sin, bp):
+def _block(a: Arch, h, c, cos, sin, bp, mask_LxL=None):
     """One adaLN DiT block on h [B, L, D] (the compute dtype) with condition c [B, C]."""
     dt = h.dtype
     mod = _linear(c, bp["adaLN_modulation.weight"], bp["adaLN_modulation.bias"])
@@ -247,25 +252,27 @@ def _block(a: Arch, h, c, cos, sin, bp):
     q, k = rot(q), rot(k)
     if ROTATE_V:
         v = rot(v)
-    h = h + gate_a[:, None].astype(dt) * _linear(_attention(q, k, v), bp["attn_out.weight"])
+    h = h + gate_a[:, None].astype(dt) * _linear(_attention(q, k, v, mask_LxL), bp["attn_out.weight"])
     u = _modulate(layer_norm(h, bp["norm2.weight"]), shift_m, scale_m).astype(dt)
     m = _linear(jax.nn.gelu(_linear(u, bp["mlp.0.weight"], bp["mlp.0.bias"]), approximate=True),
                 bp["mlp.2.weight"], bp["mlp.2.bias"])
     return h + gate_m[:, None].astype(dt) * m
 
 
-def backbone(a: Arch, params, x_BxL, sigma_B):
-    """The DiT's output layer values (float32 [B, L, V]) before any parametrisation."""
+def backbone(a: Arch, params, x_BxL, sigma_B, mask_LxL=None, positions=None):
+    """The DiT's output layer values (float32 [B, L, V]) before any parametrisation; ``mask_LxL``
+    and ``positions`` (rotary) as :func:`_attention` and :func:`rotary_tables` (default:
+    bidirectional, 0..L-1)."""
     dt = params["vocab_embed.embedding"].dtype
     h = params["vocab_embed.embedding"][x_BxL]
     t = timestep_embedding(sigma_B)
     c = _linear(jax.nn.silu(_linear(t.astype(dt), params["sigma_map.mlp.0.weight"], params["sigma_map.mlp.0.bias"])),
                 params["sigma_map.mlp.2.weight"], params["sigma_map.mlp.2.bias"])
     c = jax.nn.silu(c)
-    cos, sin = rotary_tables(x_BxL.shape[1], a.hidden // a.n_heads)
+    cos, sin = rotary_tables(x_BxL.shape[1], a.hidden // a.n_heads, positions)
 
     def step(h, bp):
-        return _block(a, h, c, cos, sin, bp), None
+        return _block(a, h, c, cos, sin, bp, mask_LxL), None
 
     h, _ = jax.lax.scan(step, h, params["blocks"])
     shift, scale = jnp.split(_linear(c, params["output_layer.adaLN_modulation.weight"],

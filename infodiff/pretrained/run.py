@@ -13,6 +13,10 @@ that :func:`infodiff.load_run` gives for a trained run, scored with each model's
   noise levels lam = 1 - exp(-sigma) up to its schedule's end, lam_max = 1 - exp(-sigma(1))
   (log-linear: 1 - eps), plus the exact prior term at lam_max; the diffusion term integrates from
   lam = 0 (SEDD's own loss starts at t = eps and leaves out the prior).
+* BD3-LM (``info['block_size']``): the masked process per block
+  (:class:`infodiff.processes.block.BlockProcess`), -log p(x) = sum_b -log p(x^b | x^{<b}), the
+  network given its two-copy input [z, z] (:func:`infodiff.pretrained.bd3lm.network_input`); for
+  a time-free network also the exact block likelihood (``Run.exact_nll``).
 * duo (``info['process'] == 'uniform_state'``): uniform-state diffusion's continuous-time NELBO
   (UDLM arXiv 2412.10193; :mod:`infodiff.processes.uniform_state`, equal to duo's
   ``DUO_BASE.nll_per_token`` integrand) over lam = 1 - alpha_t in (0, lam_max], lam_max = 1 - eps
@@ -40,10 +44,12 @@ from infodiff import pretrained as registry
 from infodiff.pretrained import native
 from infodiff.pretrained import tokenizer as tok_lib
 from infodiff.pretrained.base import Loaded, PretrainedError
+from infodiff.processes import block as block_lib
 from infodiff.processes import score_entropy
 from infodiff.processes import uniform_state
 
 __all__ = ["load_pretrained", "from_config", "DTYPES", "SeddScoreModel", "SeddPretrainedTask", "DuoPretrainedTask",
+           "BlockPretrainedTask",
            "lam_max_of", "MDLM_EPS"]
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -162,6 +168,42 @@ class WholeWindowRun(scoring.Run):
         self._refuse("a multiple-choice question (responses to a prompt)")
 
 
+class BlockPretrainedTask(external.ExternalTask):
+    """The task side of a Run over a released BD3-LM network: the block process
+    (:class:`infodiff.processes.block.BlockProcess`, blocks of the checkpoint's ``block_size``) over
+    the masked process of :class:`infodiff.external.ExternalTask`; for a time-free network (the
+    released ones) the exact block likelihood (``Run.exact_nll``,
+    :func:`infodiff.processes.block.exact_block_nll`); no whole-sequence interval."""
+
+    name = "block"
+    exact_likelihood = True  # Run.exact_nll asks the task; a time-conditioned network is refused there
+
+    def __init__(self, base: external.ExternalTask, block_size: int):
+        super().__init__(base.external, base.seq_len, base.tokenizer)
+        self.block_size = block_lib.check_block_size(int(block_size), self.seq_len, "config.json block_size")
+        self.time_free = not base.external.time_conditioned
+
+    def scoring_process(self, estimator: str):
+        return block_lib.BlockProcess(super().scoring_process(estimator), self.block_size)
+
+    def order_model(self, params=None) -> dict:
+        raise ValueError("a bd3lm checkpoint's likelihood is per block: use Run.exact_nll (time-free networks) or "
+                         "Run.nll (the block NELBO); the whole-sequence interval does not apply")
+
+    def exact_nll(self, denoiser, x_BxL, *, target_BxL=None, pad_BxL=None, progress=False) -> dict:
+        """:func:`~infodiff.processes.block.exact_block_nll` (ValueError for a time-conditioned network:
+        its any-order likelihood is not a function of the network's conditionals alone)."""
+        if not self.time_free:
+            raise ValueError("no exact block likelihood for a time-conditioned bd3lm network: its conditionals "
+                             "depend on the noise level, so no single any-order model is defined; use Run.nll")
+        return block_lib.exact_block_nll(denoiser, x_BxL, self.block_size, target_BxL=target_BxL, pad_BxL=pad_BxL,
+                                         vocab_size=self.vocab_size)
+
+    def process_info(self, process) -> dict:
+        return {**super().process_info(process), "name": self.name, "block_size": self.block_size,
+                "exact": "subset recursion per block" if self.time_free else "none (time-conditioned)"}
+
+
 def _encode(tok, path):
     if tok is None:
         def missing(text):
@@ -205,14 +247,17 @@ def load_pretrained(path, kind: str | None = None, *, tokenizer=None, estimator:
     if loaded.output == "logits" and loaded.info.get("process") != "uniform_state":
         t_conditioned = loaded.time_conditioned
         # raw logits -> the denoiser's log-probabilities, where the port says how (LLaDA, Dream)
-        post = getattr(registry.architectures()[loaded.kind], "logprobs", None)
+        arch = registry.architectures()[loaded.kind]
+        post = getattr(arch, "logprobs", None)
+        # z_BxL -> the network's input, where the port says how (BD3-LM's two copies [z, z])
+        pre = getattr(arch, "network_input", lambda x: x)
 
         def logprobs(params, x_BxL, t_B=None):
             if not t_conditioned:
-                out = loaded.apply(params, x_BxL, jnp.zeros(x_BxL.shape[:1], jnp.float32))
+                out = loaded.apply(params, pre(x_BxL), jnp.zeros(x_BxL.shape[:1], jnp.float32))
                 return out if post is None else post(out, loaded.mask_id)
             sigma = -jnp.log1p(-jnp.minimum(t_B, 1.0 - MDLM_EPS))  # the schedule's end: sigma(1)
-            return loaded.apply(params, x_BxL, sigma)
+            return loaded.apply(params, pre(x_BxL), sigma)
 
         run = external.from_function(logprobs, vocab_size=loaded.vocab_size, mask_id=loaded.mask_id,
                                      seq_len=loaded.max_seq_len, encode=_encode(tok, path),
@@ -220,6 +265,9 @@ def load_pretrained(path, kind: str | None = None, *, tokenizer=None, estimator:
                                      num_samples=num_samples or scoring.DEFAULT_INPUT_SAMPLES, batch_size=batch_size,
                                      seed=seed, time_conditioned=t_conditioned, jax_function=True,
                                      params=loaded.params, tokenizer_name=name)
+        if "block_size" in loaded.info:  # BD3-LM: the masked process per block, the exact block likelihood
+            run.task = BlockPretrainedTask(run.task, loaded.info["block_size"])
+            run.process = run.task.scoring_process(estimator or "k_dce")
     elif loaded.output == "log_score" or loaded.info.get("process") == "uniform_state":
         model = SeddScoreModel(loaded, loaded.params, loaded.info["graph"], real_vocab)
         # the library's ids: real tokens 0..V-1, V the absorbing state (none under the uniform graph)
