@@ -215,7 +215,7 @@ def _encode(tok, path):
 
 def load_pretrained(path, kind: str | None = None, *, tokenizer=None, estimator: str | None = None,
                     num_samples: int | None = None, batch_size: int | None = None,
-                    seed: int | None = None, dtype=jnp.float32) -> scoring.Run:
+                    seed: int | None = None, dtype=jnp.float32, mesh=None) -> scoring.Run:
     """A released checkpoint in directory ``path`` as a :class:`~infodiff.scoring.Run` (module docstring).
 
     Args:
@@ -229,11 +229,13 @@ def load_pretrained(path, kind: str | None = None, *, tokenizer=None, estimator:
         infodiff run: its ``eval.input_samples``); batch_size: rows per estimator call (default 256;
         an exported run: its ``eval.batch_size``); seed: the default seed of every method (0; an
         exported run: its ``eval.seed``); dtype: weights and compute (float32 or bfloat16).
+      mesh: a :func:`infodiff.parallel.make_mesh` mesh: the weights split over its 'fsdp' axis
+        (:func:`infodiff.pretrained.shard`), for a model larger than one device's memory.
     Raises:
       PretrainedError (a ValueError; one line): wrong directory, unknown kind, tensors that do not
       match the config, a tokenizer that is not the model's.
     """
-    loaded = registry.load(path, kind, dtype)
+    loaded = registry.load(path, kind, dtype, mesh=mesh)
     if loaded.kind == native.MODEL_TYPE:  # an exported infodiff run: its own task, as load_run builds it
         if tokenizer is not None:
             raise PretrainedError("tokenizer= is not taken by an exported infodiff run: it has its own")
