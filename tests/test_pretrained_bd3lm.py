@@ -145,3 +145,23 @@ def test_bad_bd3lm_configs_are_one_line(tmp_path):
         with pytest.raises(pretrained.PretrainedError) as e:
             pretrained.load(d)
         assert "\n" not in str(e.value) and words in str(e.value), str(e.value)
+
+
+@pytest.mark.slow  # ~25 s: two reports compiled
+def test_evaluate_pretrained_reports_bd3lm_and_duo(tmp_path):
+    """evaluate.py --pretrained's path (infodiff.evaluation.evaluate) on both new kinds: the block
+    NELBO for bd3lm, the uniform-state NELBO for duo (a 16-character document: one whole window)."""
+    from infodiff import evaluation
+    from tests.test_pretrained_cli import _config
+    from tests.test_pretrained_run import _char_tokenizer
+
+    for name, docs, process in (("bd3lm_bs4", "hello world\n", "block"), ("duo", "sixteen chars ok\n", "duo")):
+        d = tmp_path / name
+        shutil.copytree(FIXTURES / name, d)
+        _char_tokenizer(d, 40)
+        (tmp_path / f"{name}.txt").write_text(docs)
+        config = _config(d, input=str(tmp_path / f"{name}.txt"), output_dir=str(tmp_path / f"out_{name}"),
+                         input_samples=8)
+        report, _ = evaluation.evaluate(config, None, pretrained=str(d))
+        assert (report["process"]["name"], report["process"]["kind"], report["bound"]) == (process, name[:5], "nelbo")
+        assert np.isfinite(report["summary"]["bits_per_byte"])

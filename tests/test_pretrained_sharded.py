@@ -1,5 +1,6 @@
 """Released weights sharded over a mesh's 'fsdp' axis (``load_pretrained(..., mesh=)``): the same
-numbers as unsharded (MDLM's DiT and LLaDA), on two host CPU devices (XLA_FLAGS in a subprocess, as tests/test_parallel.py)."""
+numbers as unsharded (MDLM's DiT and LLaDA), on two host CPU devices (XLA_FLAGS in a
+subprocess, as tests/test_parallel.py)."""
 import os
 import pathlib
 import subprocess

@@ -57,11 +57,11 @@ def arch_of(config: dict) -> tuple[dit.Arch, int]:
     """(the DiT's :class:`~infodiff.pretrained.dit.Arch`, the block size L') of a BD3-LM config.
     Raises PretrainedError (one line) for a missing key, a network that is not the two-copy
     bidirectional DiT with adaLN, or a block size not dividing ``model_length``."""
-    get = lambda k: dit._get(config, k, BD3LM)  # noqa: E731
+    get = lambda k: dit.config_value(config, k, BD3LM)  # noqa: E731
     for key, want in (("cross_attn", True), ("adaln", True), ("causal", False)):
         if bool(config.get(key, want)) != want:
-            raise PretrainedError(f"config.json {key}={config[key]!r}: the bd3lm port reads the released block-diffusion "
-                                  f"network ({key}={str(want).lower()})")
+            raise PretrainedError(f"config.json {key}={config[key]!r}: the bd3lm port reads the released "
+                                  f"block-diffusion network ({key}={str(want).lower()})")
     V, L, bs = int(get("vocab_size")), int(get("model_length")), int(get("block_size"))
     if bs < 1 or L % bs:
         raise PretrainedError(f"config.json block_size={bs} does not divide model_length={L}")
@@ -113,10 +113,7 @@ def load(directory: pathlib.Path, config: dict, kind: str, dtype=jnp.float32) ->
     expected, optional = dit.expected_shapes(a)
     scalars = {"sampling_eps_min": (), "sampling_eps_max": ()}
     safetensors_io.check_shapes(tensors, {**expected, **scalars}, BD3LM, optional | set(scalars))
-    inv = a.prefix + "rotary_emb.inv_freq"
-    if inv in tensors and not np.allclose(np.asarray(tensors[inv], np.float32), dit.inv_freq(a.hidden // a.n_heads),
-                                          rtol=1e-6, atol=0):
-        raise PretrainedError(f"{inv} differs from 1/{dit.ROTARY_BASE:g}^(2i/d): a rotary base this port does not know")
+    dit.check_inv_freq(tensors, a)
     params = dit.params_of(tensors, a, dtype)
     apply = jax.jit(lambda params, x_Bx2L, sigma_B: forward(a, bs, params, x_Bx2L, sigma_B))
     info = {"graph": "absorb", "weights": source, "block_size": bs, "arch": dataclasses.asdict(a),

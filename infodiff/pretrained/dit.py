@@ -85,7 +85,8 @@ def detect(config: dict) -> str | None:
     return None
 
 
-def _get(config: dict, path: str, kind: str):
+def config_value(config: dict, path: str, kind: str):
+    """``config[a][b]...`` for the dotted ``path``; PretrainedError (one line) naming it if absent."""
     node = config
     for part in path.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -98,12 +99,12 @@ def arch_of(config: dict, kind: str) -> Arch:
     """The :class:`Arch` a ``config.json`` dict describes. Raises PretrainedError for a missing key
     or an unsupported value (graph, head count not dividing the width)."""
     if kind == SEDD:
-        graph = str(_get(config, "graph.type", kind))
+        graph = str(config_value(config, "graph.type", kind))
         if graph not in ("absorb", "uniform"):
             raise PretrainedError(f"config.json graph.type={graph!r}: the SEDD port knows 'absorb' and 'uniform'")
-        tokens = int(_get(config, "tokens", kind))
+        tokens = int(config_value(config, "tokens", kind))
         absorb = graph == "absorb"
-        m = lambda k: _get(config, f"model.{k}", kind)  # noqa: E731
+        m = lambda k: config_value(config, f"model.{k}", kind)  # noqa: E731
         scale = bool(m("scale_by_sigma"))
         if scale and not absorb:
             raise PretrainedError("config.json model.scale_by_sigma=true with graph.type='uniform': SEDD defines "
@@ -111,18 +112,18 @@ def arch_of(config: dict, kind: str) -> Arch:
         a = Arch(kind, tokens + absorb, int(m("hidden_size")), int(m("cond_dim")), int(m("n_blocks")),
                  int(m("n_heads")), int(m("length")), "", True, scale, graph, tokens if absorb else -1)
     elif kind == MDLM:
-        V = int(_get(config, "vocab_size", kind))
-        a = Arch(kind, V, int(_get(config, "hidden_dim", kind)), int(_get(config, "cond_dim", kind)),
-                 int(_get(config, "n_blocks", kind)), int(_get(config, "n_heads", kind)),
-                 int(_get(config, "model_length", kind)), "backbone.", bool(config.get("time_conditioning", False)),
+        V = int(config_value(config, "vocab_size", kind))
+        a = Arch(kind, V, int(config_value(config, "hidden_dim", kind)), int(config_value(config, "cond_dim", kind)),
+                 int(config_value(config, "n_blocks", kind)), int(config_value(config, "n_heads", kind)),
+                 int(config_value(config, "model_length", kind)), "backbone.", bool(config.get("time_conditioning", False)),
                  False, "absorb", V - 1)
     elif kind == DUO:
         if config.get("causal", False):
             raise PretrainedError("config.json causal=true: a causal (autoregressive) duo backbone is not a diffusion "
                                   "model; the duo port reads the bidirectional DiT")
-        a = Arch(kind, int(_get(config, "vocab_size", kind)), int(_get(config, "hidden_dim", kind)),
-                 int(_get(config, "cond_dim", kind)), int(_get(config, "n_blocks", kind)),
-                 int(_get(config, "n_heads", kind)), int(_get(config, "model_length", kind)), "backbone.", True,
+        a = Arch(kind, int(config_value(config, "vocab_size", kind)), int(config_value(config, "hidden_dim", kind)),
+                 int(config_value(config, "cond_dim", kind)), int(config_value(config, "n_blocks", kind)),
+                 int(config_value(config, "n_heads", kind)), int(config_value(config, "model_length", kind)), "backbone.", True,
                  False, "uniform", -1)
     else:
         raise PretrainedError(f"kind={kind!r} is not a DiT kind; choose from {KINDS}")
@@ -323,6 +324,14 @@ def forward(a: Arch, params, x_BxL, sigma_B):
     return mdlm_subs(a, out, x_BxL)
 
 
+def check_inv_freq(tensors: dict, a: Arch) -> None:
+    """PretrainedError unless the stored rotary buffer (if any) is 1 / ROTARY_BASE^(2i/d)."""
+    inv = a.prefix + "rotary_emb.inv_freq"
+    if inv in tensors and not np.allclose(np.asarray(tensors[inv], np.float32), inv_freq(a.hidden // a.n_heads),
+                                          rtol=1e-6, atol=0):
+        raise PretrainedError(f"{inv} differs from 1/{ROTARY_BASE:g}^(2i/d): a rotary base this port does not know")
+
+
 def load(directory: pathlib.Path, config: dict, kind: str, dtype=jnp.float32) -> Loaded:
     """A :class:`Loaded` DiT (SEDD, MDLM or duo) from ``directory``; every tensor checked against the
     config's shapes first. Raises PretrainedError (one line) for a config or tensors that do not fit."""
@@ -330,10 +339,7 @@ def load(directory: pathlib.Path, config: dict, kind: str, dtype=jnp.float32) ->
     tensors, source = safetensors_io.read_tensors(directory)
     expected, optional = expected_shapes(a)
     safetensors_io.check_shapes(tensors, expected, f"{kind} ({a.graph})" if kind == SEDD else kind, optional)
-    inv = a.prefix + "rotary_emb.inv_freq"
-    if inv in tensors and not np.allclose(np.asarray(tensors[inv], np.float32), inv_freq(a.hidden // a.n_heads),
-                                          rtol=1e-6, atol=0):
-        raise PretrainedError(f"{inv} differs from 1/{ROTARY_BASE:g}^(2i/d): a rotary base this port does not know")
+    check_inv_freq(tensors, a)
     params = params_of(tensors, a, dtype)
     apply = jax.jit(lambda params, x_BxL, sigma_B: forward(a, params, x_BxL, sigma_B))
     info = {"graph": a.graph, "weights": source, "scale_by_sigma": a.scale_by_sigma, "arch": dataclasses.asdict(a)}

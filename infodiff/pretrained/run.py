@@ -17,7 +17,7 @@ that :func:`infodiff.load_run` gives for a trained run, scored with each model's
   (:class:`infodiff.processes.block.BlockProcess`), -log p(x) = sum_b -log p(x^b | x^{<b}), the
   network given its two-copy input [z, z] (:func:`infodiff.pretrained.bd3lm.network_input`); for
   a time-free network also the exact block likelihood (``Run.exact_nll``).
-* duo (``info['process'] == 'uniform_state'``): uniform-state diffusion's continuous-time NELBO
+* duo (``output == 'logits'`` with ``info['graph'] == 'uniform'``): uniform-state diffusion's continuous-time NELBO
   (UDLM arXiv 2412.10193; :mod:`infodiff.processes.uniform_state`, equal to duo's
   ``DUO_BASE.nll_per_token`` integrand) over lam = 1 - alpha_t in (0, lam_max], lam_max = 1 - eps
   (duo's log-linear schedule alpha_t = 1 - (1 - eps) t), the network at sigma = -log(1 - lam),
@@ -246,7 +246,9 @@ def load_pretrained(path, kind: str | None = None, *, tokenizer=None, estimator:
     tok_path = tok_lib.find(path, tokenizer)
     tok = None if tok_path is None else tok_lib.load(tok_path, real_vocab)
     name = tok_lib.name_of(tok_path) if tok_path is not None else "token ids"
-    if loaded.output == "logits" and loaded.info.get("process") != "uniform_state":
+    # a mean-parametrised network over a uniform-state graph (duo) is scored by the uniform-state process
+    uniform_mean = loaded.output == "logits" and loaded.info.get("graph") == "uniform"
+    if loaded.output == "logits" and not uniform_mean:
         t_conditioned = loaded.time_conditioned
         # raw logits -> the denoiser's log-probabilities, where the port says how (LLaDA, Dream)
         arch = registry.architectures()[loaded.kind]
@@ -270,7 +272,7 @@ def load_pretrained(path, kind: str | None = None, *, tokenizer=None, estimator:
         if "block_size" in loaded.info:  # BD3-LM: the masked process per block, the exact block likelihood
             run.task = BlockPretrainedTask(run.task, loaded.info["block_size"])
             run.process = run.task.scoring_process(estimator or "k_dce")
-    elif loaded.output == "log_score" or loaded.info.get("process") == "uniform_state":
+    elif loaded.output == "log_score" or uniform_mean:
         model = SeddScoreModel(loaded, loaded.params, loaded.info["graph"], real_vocab)
         # the library's ids: real tokens 0..V-1, V the absorbing state (none under the uniform graph)
         tokenizer_obj = external.make_tokenizer(_encode(tok, path), None, real_vocab, real_vocab, name)
