@@ -8,13 +8,17 @@ with PyTorch (a separate environment: torch is not an infodiff dependency).
 How the committed fixtures were made:
     git clone https://github.com/louaaron/Score-Entropy-Discrete-Diffusion  SEDD   # commit 0605786da5ccb5747545e26d66fdf477187598b6
     git clone https://github.com/kuleshov-group/mdlm                         MDLM   # commit c112c526d193436838c98d81455ee51f90309470
+    git clone https://github.com/s-sahoo/duo                                 DUO    # commit 7c9b498f5b717de064d6fad7e2509c866e6cb620
+    git clone https://github.com/kuleshov-group/bd3lms                       BD3LM  # commit 1c3e8f43d88dfbcee5ff2aa6932a9e74b31ae1d7
     python -m venv tv && tv/bin/pip install torch==2.13.0 numpy einops safetensors omegaconf huggingface_hub==0.36.0
-    tv/bin/python scripts/make_dit_fixtures.py --sedd SEDD --mdlm MDLM --out tests/fixtures/pretrained
+    tv/bin/python scripts/make_dit_fixtures.py --sedd SEDD --mdlm MDLM --duo DUO --bd3lm BD3LM --out tests/fixtures/pretrained
+(add transformers to tv for BD3LM's hub model; each of --sedd, --mdlm, --duo, --bd3lm is optional: only the fixtures of the checkouts given are written)
 
 flash-attn (CUDA only) is replaced by plain PyTorch in a stub package this script puts on the path:
   - ``flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0, causal=False)``
     for equal-length rows: softmax(q k^T / sqrt(d)) v per row (``scaled_dot_product_attention``);
-  - ``flash_attn.layers.rotary.apply_rotary_emb_qkv_(qkv, cos, sin)`` (MDLM only; SEDD falls back
+  - ``flash_attn.layers.rotary.apply_rotary_emb_qkv_(qkv, cos, sin)`` (MDLM) and
+    ``apply_rotary_emb_torch(x, cos, sin)`` (duo; one of q, k) (SEDD falls back
     to its own TorchScript rotary when flash-attn's is absent): flash-attn's non-interleaved
     rotary, cos/sin [L, d/2] applied to q and k, (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)
     over the two halves of the head width (flash-attn's ``apply_rotary_emb_torch`` reference).
@@ -65,6 +69,9 @@ STUB = {
             x1, x2 = x.chunk(2, dim=-1)
             c, s = cos[None, :, None, :], sin[None, :, None, :]
             return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+        def apply_rotary_emb_torch(x, cos, sin, interleaved=False):
+            assert not interleaved and cos.shape[-1] * 2 == x.shape[-1]
+            return _rot(x, cos, sin)
         def apply_rotary_emb_qkv_(qkv, cos, sin, cos_k=None, sin_k=None, interleaved=False, seqlen_offsets=0):
             assert not interleaved and cos.shape[-1] * 2 == qkv.shape[-1]
             qkv[:, :, 0] = _rot(qkv[:, :, 0], cos, sin)
@@ -144,10 +151,13 @@ def make_sedd(sedd_dir: pathlib.Path, out_root: pathlib.Path, graph: str, seed: 
         del sys.modules[m]
 
 
-def _methods_from(source: pathlib.Path, names) -> dict:
-    """Functions ``names`` of the classes in ``source``, compiled from its text (unchanged)."""
+def _methods_from(source: pathlib.Path, names, class_name: str | None = None) -> dict:
+    """Functions ``names`` of the classes in ``source`` (of class ``class_name`` only, if given),
+    compiled from its text (unchanged)."""
     tree = ast.parse(source.read_text())
-    ns = {"torch": __import__("torch"), "np": np}
+    if class_name is not None:
+        tree = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == class_name)
+    ns = {"torch": __import__("torch"), "np": np, "F": __import__("torch").nn.functional}
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and node.name in names:
             exec(compile(ast.Module([node], []), str(source), "exec"), ns)
@@ -194,28 +204,150 @@ def make_mdlm(mdlm_dir: pathlib.Path, out_root: pathlib.Path, time_conditioning:
                                      "output": "logits (SUBS log-probabilities)", "seed": seed})
 
 
+def _module_from(path: pathlib.Path, name: str):
+    """The module in file ``path`` alone (a package's __init__ may import CUDA-only backbones)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def make_duo(duo_dir: pathlib.Path, out_root: pathlib.Path, seed: int) -> None:
+    """duo (s-sahoo/duo): its models/dit.py ``DIT`` (bidirectional, time-conditioned), sigma through
+    ``Diffusion._process_sigma`` (trainer_base.py) and the output through
+    ``DUO_BASE._process_model_output`` (algo.py), both run unchanged on a stand-in ``self``. Also
+    stored: ``DUO_BASE.nll_per_token`` (its NELBO integrand per unit t) at the fixture's inputs,
+    clean tokens ``x0_BxL`` and alpha_t = 1 - lam at each noise level, for the NELBO's parity."""
+    import omegaconf
+    import torch
+    from safetensors.torch import save_file
+
+    dit = _module_from(duo_dir / "models" / "dit.py", "duo_dit")
+    V = 40  # uniform-state: no mask token
+    cfg = {"algo": {"causal_attention": False},
+           "model": {**TINY, "scale_by_sigma": True, "dropout": 0.1}}
+    model = dit.DIT(omegaconf.OmegaConf.create(cfg), V)
+    _randomise(model, torch, seed)
+    model.eval()
+    sig = _methods_from(duo_dir / "trainer_base.py", ("_process_sigma", "_sigma_from_alphat"))
+    out_m = _methods_from(duo_dir / "algo.py", ("_process_model_output", "nll_per_token"), "DUO_BASE")
+    me = types.SimpleNamespace(time_conditioning=True, vocab_size=V)
+    out = out_root / "duo"
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({f"backbone.{k}": v.contiguous() for k, v in model.state_dict().items()}, str(out / "model.safetensors"),
+              metadata={"format": "pt"})
+    config = {"architectures": ["DUO"], "model_type": "duo", "vocab_size": V, "model_length": TINY["length"],
+              "causal": False, "hidden_dim": TINY["hidden_size"], "cond_dim": TINY["cond_dim"],
+              "n_blocks": TINY["n_blocks"], "n_heads": TINY["n_heads"], "dropout": 0.1, "var_min": True}
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    rng = np.random.default_rng(seed)
+    x0 = rng.integers(0, V, size=(B, L)).astype(np.int64)
+    x = np.where(rng.random((B, L)) < 0.5, rng.integers(0, V, size=(B, L)), x0)  # half the tokens redrawn
+    outputs, nll = [], []
+    with torch.no_grad():
+        for s in SIGMAS:
+            xt = torch.from_numpy(x)
+            alpha_t = torch.full((B, 1), math.exp(-s), dtype=torch.float64)
+            sigma = sig["_process_sigma"](me, sig["_sigma_from_alphat"](me, alpha_t.float()))
+            log_x_theta = out_m["_process_model_output"](me, model_output=model(xt, sigma), xt=xt, sigma=sigma)
+            outputs.append(log_x_theta.numpy())
+            nll.append(out_m["nll_per_token"](me, log_x_theta=log_x_theta.double(), xt=xt, x0=torch.from_numpy(x0),
+                                              alpha_t=alpha_t.expand(B, L), dalpha_t=-torch.ones(B, L,
+                                              dtype=torch.float64)).numpy())
+    _write(out, x, SIGMAS, outputs, {"source": "s-sahoo/duo", "commit": _commit(duo_dir),
+                                     "network": "models.dit.DIT + Diffusion._process_sigma + "
+                                                "DUO_BASE._process_model_output; NELBO: DUO_BASE.nll_per_token",
+                                     "output": "log x_theta (mean parametrisation)", "seed": seed})
+    np.savez_compressed(out / "nelbo.npz", x0_BxL=x0.astype(np.int32), alpha_S=np.exp(-np.asarray(SIGMAS, np.float64)),
+                        nll_per_token_SxBxL=np.stack(nll))
+
+
+def make_bd3lm(bd3lm_dir: pathlib.Path, out_root: pathlib.Path, block_size: int, time_conditioning: bool,
+               seed: int) -> None:
+    """BD3-LM (kuleshov-group/bd3lms): the hub model of its models/hf/ (``BD3LM``: ``DITBackbone``,
+    the published layout), ``attn_backend='sdpa'`` (the documented CPU path of the same mask), saved
+    by its own ``save_pretrained``; sigma through ``Diffusion._process_sigma`` and the output through
+    ``Diffusion._subs_parameterization`` (diffusion.py), both run unchanged on a stand-in ``self``.
+    Inputs: the two-copy layout [x_t, x_0] of 2L tokens; row 0 a clean x_0 with x_t masked at
+    random, row 1 the denoiser form [z, z] (a clean prefix, a partly masked block, later blocks
+    masked)."""
+    import torch
+
+    sys.path.insert(0, str(bd3lm_dir / "models"))
+    from hf import BD3LM, BD3LMConfig  # the checkout's hub model
+
+    V = 41  # 40 real tokens + the mask (mask_index = vocab_size - 1)
+    cfg = BD3LMConfig(block_size=block_size, vocab_size=V, model_length=TINY["length"], cross_attn=True, adaln=True,
+                      attn_backend="sdpa", causal=False, hidden_dim=TINY["hidden_size"], cond_dim=TINY["cond_dim"],
+                      n_blocks=TINY["n_blocks"], n_heads=TINY["n_heads"], dropout=0.1,
+                      time_conditioning=time_conditioning, var_min=True)
+    model = BD3LM(cfg)
+    _randomise(model, torch, seed)
+    model.eval()
+    m = _methods_from(bd3lm_dir / "diffusion.py", ("_process_sigma", "_subs_parameterization"), "Diffusion")
+    me = types.SimpleNamespace(mask_index=V - 1, neg_infinity=-1000000.0, time_conditioning=time_conditioning,
+                               parameterization="subs")
+    out = out_root / f"bd3lm_bs{block_size}"
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out), safe_serialization=True)
+    n = TINY["length"]
+    rng = np.random.default_rng(seed)
+    x0 = rng.integers(0, V - 1, size=(2, n)).astype(np.int64)
+    xt = np.where(rng.random((2, n)) < 0.5, V - 1, x0)
+    b = n // block_size // 2  # row 1: block b half masked, the blocks after it masked
+    z = x0[1].copy()
+    z[b * block_size:(b + 1) * block_size][rng.random(block_size) < 0.5] = V - 1
+    z[(b + 1) * block_size:] = V - 1
+    x = np.stack([np.concatenate([xt[0], x0[0]]), np.concatenate([z, z])])
+    outputs = []
+    with torch.no_grad():
+        for s in SIGMAS:
+            xin = torch.from_numpy(x)
+            sigma = m["_process_sigma"](me, torch.full((2, 1), s, dtype=torch.float32))
+            logits = model(input_ids=xin, timesteps=sigma, return_dict=False)
+            outputs.append(m["_subs_parameterization"](me, logits=logits, xt=xin[:, :n]).numpy())
+    _write(out, x, SIGMAS, outputs, {"source": "kuleshov-group/bd3lms", "commit": _commit(bd3lm_dir),
+                                     "network": "models/hf BD3LM (sdpa) + Diffusion._process_sigma/_subs_parameterization",
+                                     "input": "[x_t, x_0], 2L tokens", "output": "logits (SUBS log-probabilities)",
+                                     "seed": seed})
+    sys.path.remove(str(bd3lm_dir / "models"))
+    for mod in [k for k in sys.modules if k == "hf" or k.startswith("hf.")]:
+        del sys.modules[mod]
+
+
 def _commit(repo: pathlib.Path) -> str:
     return subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sedd", type=pathlib.Path, required=True, help="checkout of louaaron/Score-Entropy-Discrete-Diffusion")
-    ap.add_argument("--mdlm", type=pathlib.Path, required=True, help="checkout of kuleshov-group/mdlm")
+    ap.add_argument("--sedd", type=pathlib.Path, help="checkout of louaaron/Score-Entropy-Discrete-Diffusion")
+    ap.add_argument("--mdlm", type=pathlib.Path, help="checkout of kuleshov-group/mdlm")
+    ap.add_argument("--duo", type=pathlib.Path, help="checkout of s-sahoo/duo")
+    ap.add_argument("--bd3lm", type=pathlib.Path, help="checkout of kuleshov-group/bd3lms")
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("tests/fixtures/pretrained"))
     args = ap.parse_args()
     stub = pathlib.Path(tempfile.mkdtemp())
     _stub_flash_attn(stub / "sedd", with_rotary=False)
     _stub_flash_attn(stub / "mdlm", with_rotary=True)
-    sys.path.insert(0, str(stub / "sedd"))
-    make_sedd(args.sedd.resolve(), args.out, "absorb", seed=1)
-    make_sedd(args.sedd.resolve(), args.out, "uniform", seed=2)
-    sys.path.remove(str(stub / "sedd"))
-    for mod in [k for k in sys.modules if k == "flash_attn" or k.startswith("flash_attn.")]:
-        del sys.modules[mod]
+    if args.sedd:
+        sys.path.insert(0, str(stub / "sedd"))
+        make_sedd(args.sedd.resolve(), args.out, "absorb", seed=1)
+        make_sedd(args.sedd.resolve(), args.out, "uniform", seed=2)
+        sys.path.remove(str(stub / "sedd"))
+        for mod in [k for k in sys.modules if k == "flash_attn" or k.startswith("flash_attn.")]:
+            del sys.modules[mod]
     sys.path.insert(0, str(stub / "mdlm"))
-    make_mdlm(args.mdlm.resolve(), args.out, time_conditioning=False, seed=3)
-    make_mdlm(args.mdlm.resolve(), args.out, time_conditioning=True, seed=4)
+    if args.mdlm:
+        make_mdlm(args.mdlm.resolve(), args.out, time_conditioning=False, seed=3)
+        make_mdlm(args.mdlm.resolve(), args.out, time_conditioning=True, seed=4)
+    if args.duo:
+        make_duo(args.duo.resolve(), args.out, seed=5)
+    if args.bd3lm:  # block sizes of the released checkpoints; the 8 one time-conditioned (the other branch)
+        for seed, (bs, tc) in enumerate([(4, False), (8, True), (16, False)], start=6):
+            make_bd3lm(args.bd3lm.resolve(), args.out, bs, tc, seed)
     print(f"fixtures written under {args.out}")
 
 

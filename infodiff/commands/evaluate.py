@@ -25,6 +25,7 @@ stderr and exit status 1. ``--config`` takes a file or the name of a shipped con
 (infodiff/configs/: oracle_markov, ...).
 """
 
+import os
 import sys
 
 from absl import flags, logging

@@ -11,12 +11,14 @@ import importlib
 import pathlib
 import pkgutil
 
+import jax
 import jax.numpy as jnp
 
 from infodiff.pretrained import safetensors_io
 from infodiff.pretrained.base import Loaded, PretrainedError
 
-__all__ = ["load", "detect_kind", "architectures", "is_checkpoint_dir", "Loaded", "PretrainedError"]
+__all__ = ["load", "detect_kind", "architectures", "is_checkpoint_dir", "shard", "SHARDING_RULES", "Loaded",
+           "PretrainedError"]
 
 _NOT_ARCHITECTURES = {"base", "safetensors_io", "tokenizer", "export", "run"}
 
@@ -53,10 +55,37 @@ def detect_kind(config: dict, path="") -> str:
     return found.pop()
 
 
-def load(path, kind: str | None = None, dtype=jnp.float32) -> Loaded:
+# Which released weights are split along the mesh's 'fsdp' axis, in the rule format of
+# infodiff.parallel.FSDP_RULES (first match wins; "largest": the leaf's largest axis the fsdp size
+# divides): every weight matrix and embedding (the ports' names vary: q_proj, attn_qkv.weight, wte,
+# lm_head ...), while norms' scales and biases stay whole on every device, as in training.
+SHARDING_RULES = (
+    (r"(norm|ln_f|bias)", None),
+    (r".*", "largest"),
+)
+
+
+def shard(loaded: Loaded, mesh) -> Loaded:
+    """``loaded`` with its parameters placed over ``mesh`` (a :func:`infodiff.parallel.make_mesh`
+    mesh): split along 'fsdp' by :data:`SHARDING_RULES` (an exported infodiff run: the training
+    code's :data:`infodiff.parallel.FSDP_RULES`), replicated over 'data'. The jitted network then
+    runs on the sharded weights (XLA gathers them per layer): the same function, so the same
+    numbers up to float rounding."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from infodiff import parallel
+
+    rules = parallel.FSDP_RULES if loaded.kind == "infodiff" else SHARDING_RULES
+    specs = parallel.param_specs(loaded.params, mesh, rules)
+    shardings = jax.tree.map(lambda s: NamedSharding(mesh, s), specs, is_leaf=lambda s: isinstance(s, PartitionSpec))
+    return loaded._replace(params=jax.device_put(loaded.params, shardings))
+
+
+def load(path, kind: str | None = None, dtype=jnp.float32, mesh=None) -> Loaded:
     """The released network in directory ``path`` (kind detected from config.json; ``kind``
-    overrides but must agree with it), weights as ``dtype``. Raises PretrainedError (one line):
-    wrong directory, unknown or other kind, tensors that do not match the config."""
+    overrides but must agree with it), weights as ``dtype``, sharded over ``mesh`` if given
+    (:func:`shard`). Raises PretrainedError (one line): wrong directory, unknown or other kind,
+    tensors that do not match the config."""
     directory = pathlib.Path(path)
     config = safetensors_io.read_config(directory)
     archs = architectures()
@@ -66,4 +95,5 @@ def load(path, kind: str | None = None, dtype=jnp.float32) -> Loaded:
     if kind is not None and kind != detected:
         raise PretrainedError(f"{str(directory)!r} holds a {detected} checkpoint (config.json), not {kind}: "
                               f"drop kind= or give a {kind} checkpoint")
-    return archs[detected].load(directory, config, detected, dtype)
+    loaded = archs[detected].load(directory, config, detected, dtype)
+    return loaded if mesh is None else shard(loaded, mesh)

@@ -1,4 +1,4 @@
-"""The diffusion transformer (DiT) of SEDD and MDLM in JAX, reading their released weights as they are.
+"""The diffusion transformer (DiT) of SEDD, MDLM and duo in JAX, reading their released weights as they are.
 
 Network (Lou et al. 2024, SEDD, arXiv 2310.16834, App. C; Sahoo et al. 2024, MDLM, arXiv
 2406.07524, Sec. 4 and App. C; both after Peebles & Xie 2023, DiT):
@@ -17,12 +17,17 @@ Raw outputs (``Loaded.apply``):
     ``SUBS_NEG`` (-1e6, as the reference code) added, log-softmax over the vocabulary, and every
     unmasked position carries its token (log-prob 0, the others ``SUBS_NEG``). Without time
     conditioning sigma is replaced by zeros before the network.
+  - duo (``kind='duo'``, uniform-state diffusion, Sahoo et al. 2025, arXiv 2506.10892): the
+    mean parametrisation, log-softmax of the output over all V tokens (duo's
+    ``DUO_BASE._process_model_output``); always time-conditioned, sigma = -log(alpha_t).
 
 Checkpoint layouts (config.json + model.safetensors): SEDD's hub layout (the training config as
 a dict: ``tokens``, ``graph.type``, ``noise``, ``model.{hidden_size, cond_dim, length, n_blocks,
 n_heads, scale_by_sigma}``; tensors named as the modules above), MDLM's (``model_type: "mdlm"``,
 ``vocab_size``, ``model_length``, ``hidden_dim``, ``cond_dim``, ``n_blocks``, ``n_heads``,
-``time_conditioning``; tensors under ``backbone.``). The module-level constants below are the
+``time_conditioning``; tensors under ``backbone.``), duo's (``model_type: "duo"``, the MDLM
+fields without ``time_conditioning`` and with ``causal: false``; the same ``backbone.`` tensors:
+duo's hub model wraps the same DiT as ``backbone``). The module-level constants below are the
 details a port can get wrong; the parity tests change each one and check that parity fails.
 """
 from __future__ import annotations
@@ -40,8 +45,8 @@ from infodiff.pretrained.base import Loaded, PretrainedError
 
 __all__ = ["KINDS", "detect", "load", "Arch", "arch_of", "expected_shapes", "forward"]
 
-SEDD, MDLM = "sedd", "mdlm"  # checkpoint kinds (the released code bases), not infodiff process names
-KINDS = (SEDD, MDLM)
+SEDD, MDLM, DUO = "sedd", "mdlm", "duo"  # checkpoint kinds (the released code bases), not process names
+KINDS = (SEDD, MDLM, DUO)
 LN_EPS = 1e-5  # torch.nn.functional.layer_norm's default, used by both reference networks
 ROTARY_BASE = 10_000.0
 FREQ_EMBED = 256  # width of the sinusoidal time embedding
@@ -71,16 +76,17 @@ class Arch:
 
 
 def detect(config: dict) -> str | None:
-    """'mdlm' for MDLM's hub config (``model_type: mdlm``), 'sedd' for SEDD's (a training config
-    with ``tokens``, ``graph`` and ``model``), else None."""
-    if config.get("model_type") == MDLM:
-        return MDLM
+    """'mdlm' / 'duo' for MDLM's / duo's hub config (``model_type: mdlm`` / ``duo``), 'sedd' for
+    SEDD's (a training config with ``tokens``, ``graph`` and ``model``), else None."""
+    if config.get("model_type") in (MDLM, DUO):
+        return config["model_type"]
     if all(k in config for k in ("tokens", "graph", "model")) and isinstance(config.get("model"), dict):
         return SEDD
     return None
 
 
-def _get(config: dict, path: str, kind: str):
+def config_value(config: dict, path: str, kind: str):
+    """``config[a][b]...`` for the dotted ``path``; PretrainedError (one line) naming it if absent."""
     node = config
     for part in path.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -93,12 +99,12 @@ def arch_of(config: dict, kind: str) -> Arch:
     """The :class:`Arch` a ``config.json`` dict describes. Raises PretrainedError for a missing key
     or an unsupported value (graph, head count not dividing the width)."""
     if kind == SEDD:
-        graph = str(_get(config, "graph.type", kind))
+        graph = str(config_value(config, "graph.type", kind))
         if graph not in ("absorb", "uniform"):
             raise PretrainedError(f"config.json graph.type={graph!r}: the SEDD port knows 'absorb' and 'uniform'")
-        tokens = int(_get(config, "tokens", kind))
+        tokens = int(config_value(config, "tokens", kind))
         absorb = graph == "absorb"
-        m = lambda k: _get(config, f"model.{k}", kind)  # noqa: E731
+        m = lambda k: config_value(config, f"model.{k}", kind)  # noqa: E731
         scale = bool(m("scale_by_sigma"))
         if scale and not absorb:
             raise PretrainedError("config.json model.scale_by_sigma=true with graph.type='uniform': SEDD defines "
@@ -106,11 +112,19 @@ def arch_of(config: dict, kind: str) -> Arch:
         a = Arch(kind, tokens + absorb, int(m("hidden_size")), int(m("cond_dim")), int(m("n_blocks")),
                  int(m("n_heads")), int(m("length")), "", True, scale, graph, tokens if absorb else -1)
     elif kind == MDLM:
-        V = int(_get(config, "vocab_size", kind))
-        a = Arch(kind, V, int(_get(config, "hidden_dim", kind)), int(_get(config, "cond_dim", kind)),
-                 int(_get(config, "n_blocks", kind)), int(_get(config, "n_heads", kind)),
-                 int(_get(config, "model_length", kind)), "backbone.", bool(config.get("time_conditioning", False)),
+        V = int(config_value(config, "vocab_size", kind))
+        a = Arch(kind, V, int(config_value(config, "hidden_dim", kind)), int(config_value(config, "cond_dim", kind)),
+                 int(config_value(config, "n_blocks", kind)), int(config_value(config, "n_heads", kind)),
+                 int(config_value(config, "model_length", kind)), "backbone.", bool(config.get("time_conditioning", False)),
                  False, "absorb", V - 1)
+    elif kind == DUO:
+        if config.get("causal", False):
+            raise PretrainedError("config.json causal=true: a causal (autoregressive) duo backbone is not a diffusion "
+                                  "model; the duo port reads the bidirectional DiT")
+        a = Arch(kind, int(config_value(config, "vocab_size", kind)), int(config_value(config, "hidden_dim", kind)),
+                 int(config_value(config, "cond_dim", kind)), int(config_value(config, "n_blocks", kind)),
+                 int(config_value(config, "n_heads", kind)), int(config_value(config, "model_length", kind)), "backbone.", True,
+                 False, "uniform", -1)
     else:
         raise PretrainedError(f"kind={kind!r} is not a DiT kind; choose from {KINDS}")
     if a.hidden % a.n_heads or (a.hidden // a.n_heads) % 2:
@@ -197,9 +211,11 @@ def rotate_half(x):
     return jnp.concatenate([-x2, x1], axis=-1)
 
 
-def rotary_tables(L: int, head_dim: int):
-    """cos, sin [L, head_dim] of positions times [freqs, freqs] (float32)."""
-    freqs = np.arange(L, dtype=np.float32)[:, None] * inv_freq(head_dim)[None]
+def rotary_tables(L: int, head_dim: int, positions=None):
+    """cos, sin [L, head_dim] of positions (default 0..L-1; BD3-LM's two copies: each its own
+    0..L/2-1) times [freqs, freqs] (float32)."""
+    pos = np.arange(L) if positions is None else np.asarray(positions)
+    freqs = pos.astype(np.float32)[:, None] * inv_freq(head_dim)[None]
     emb = np.concatenate([freqs, freqs], axis=-1)
     return jnp.asarray(np.cos(emb)), jnp.asarray(np.sin(emb))
 
@@ -208,16 +224,19 @@ def _modulate(x, shift, scale):
     return x * (1 + scale[:, None]) + shift[:, None]
 
 
-def _attention(q, k, v):
-    """Bidirectional softmax attention; q, k, v [B, L, H, d] -> [B, L, H*d] (softmax in float32)."""
+def _attention(q, k, v, mask_LxL=None):
+    """Softmax attention; q, k, v [B, L, H, d] -> [B, L, H*d] (softmax in float32); bidirectional,
+    or where bool ``mask_LxL`` [query, key] allows (BD3-LM's block-diffusion mask)."""
     d = q.shape[-1]
     s = jnp.einsum("blhd,bmhd->bhlm", q, k).astype(jnp.float32) / math.sqrt(d)
+    if mask_LxL is not None:
+        s = jnp.where(jnp.asarray(mask_LxL)[None, None], s, -jnp.inf)
     w = jax.nn.softmax(s, axis=-1).astype(v.dtype)
     o = jnp.einsum("bhlm,bmhd->blhd", w, v)
     return o.reshape(o.shape[:2] + (-1,))
 
 
-def _block(a: Arch, h, c, cos, sin, bp):
+def _block(a: Arch, h, c, cos, sin, bp, mask_LxL=None):
     """One adaLN DiT block on h [B, L, D] (the compute dtype) with condition c [B, C]."""
     dt = h.dtype
     mod = _linear(c, bp["adaLN_modulation.weight"], bp["adaLN_modulation.bias"])
@@ -234,25 +253,27 @@ def _block(a: Arch, h, c, cos, sin, bp):
     q, k = rot(q), rot(k)
     if ROTATE_V:
         v = rot(v)
-    h = h + gate_a[:, None].astype(dt) * _linear(_attention(q, k, v), bp["attn_out.weight"])
+    h = h + gate_a[:, None].astype(dt) * _linear(_attention(q, k, v, mask_LxL), bp["attn_out.weight"])
     u = _modulate(layer_norm(h, bp["norm2.weight"]), shift_m, scale_m).astype(dt)
     m = _linear(jax.nn.gelu(_linear(u, bp["mlp.0.weight"], bp["mlp.0.bias"]), approximate=True),
                 bp["mlp.2.weight"], bp["mlp.2.bias"])
     return h + gate_m[:, None].astype(dt) * m
 
 
-def backbone(a: Arch, params, x_BxL, sigma_B):
-    """The DiT's output layer values (float32 [B, L, V]) before any parametrisation."""
+def backbone(a: Arch, params, x_BxL, sigma_B, mask_LxL=None, positions=None):
+    """The DiT's output layer values (float32 [B, L, V]) before any parametrisation; ``mask_LxL``
+    and ``positions`` (rotary) as :func:`_attention` and :func:`rotary_tables` (default:
+    bidirectional, 0..L-1)."""
     dt = params["vocab_embed.embedding"].dtype
     h = params["vocab_embed.embedding"][x_BxL]
     t = timestep_embedding(sigma_B)
     c = _linear(jax.nn.silu(_linear(t.astype(dt), params["sigma_map.mlp.0.weight"], params["sigma_map.mlp.0.bias"])),
                 params["sigma_map.mlp.2.weight"], params["sigma_map.mlp.2.bias"])
     c = jax.nn.silu(c)
-    cos, sin = rotary_tables(x_BxL.shape[1], a.hidden // a.n_heads)
+    cos, sin = rotary_tables(x_BxL.shape[1], a.hidden // a.n_heads, positions)
 
     def step(h, bp):
-        return _block(a, h, c, cos, sin, bp), None
+        return _block(a, h, c, cos, sin, bp, mask_LxL), None
 
     h, _ = jax.lax.scan(step, h, params["blocks"])
     shift, scale = jnp.split(_linear(c, params["output_layer.adaLN_modulation.weight"],
@@ -284,6 +305,11 @@ def mdlm_subs(a: Arch, logits_BxLxV, x_BxL):
     return jnp.where((x_BxL != a.mask_id)[..., None], carried, logp)
 
 
+def duo_mean(logits_BxLxV):
+    """duo's mean parametrisation: log x_theta = log-softmax of the output over all V tokens."""
+    return jax.nn.log_softmax(logits_BxLxV, axis=-1)
+
+
 def forward(a: Arch, params, x_BxL, sigma_B):
     """Raw output float32 [B, L, V] of ``a``'s network (module docstring) at int32 ids x_BxL and
     float32 noise levels sigma_B (total noise; ignored without time conditioning)."""
@@ -293,27 +319,36 @@ def forward(a: Arch, params, x_BxL, sigma_B):
     out = backbone(a, params, x_BxL, net_sigma)
     if a.kind == SEDD:
         return sedd_log_score(a, out, x_BxL, sigma_B)
+    if a.kind == DUO:
+        return duo_mean(out)
     return mdlm_subs(a, out, x_BxL)
 
 
+def check_inv_freq(tensors: dict, a: Arch) -> None:
+    """PretrainedError unless the stored rotary buffer (if any) is 1 / ROTARY_BASE^(2i/d)."""
+    inv = a.prefix + "rotary_emb.inv_freq"
+    if inv in tensors and not np.allclose(np.asarray(tensors[inv], np.float32), inv_freq(a.hidden // a.n_heads),
+                                          rtol=1e-6, atol=0):
+        raise PretrainedError(f"{inv} differs from 1/{ROTARY_BASE:g}^(2i/d): a rotary base this port does not know")
+
+
 def load(directory: pathlib.Path, config: dict, kind: str, dtype=jnp.float32) -> Loaded:
-    """A :class:`Loaded` DiT (SEDD or MDLM) from ``directory``; every tensor checked against the
+    """A :class:`Loaded` DiT (SEDD, MDLM or duo) from ``directory``; every tensor checked against the
     config's shapes first. Raises PretrainedError (one line) for a config or tensors that do not fit."""
     a = arch_of(config, kind)
     tensors, source = safetensors_io.read_tensors(directory)
     expected, optional = expected_shapes(a)
     safetensors_io.check_shapes(tensors, expected, f"{kind} ({a.graph})" if kind == SEDD else kind, optional)
-    inv = a.prefix + "rotary_emb.inv_freq"
-    if inv in tensors and not np.allclose(np.asarray(tensors[inv], np.float32), inv_freq(a.hidden // a.n_heads),
-                                          rtol=1e-6, atol=0):
-        raise PretrainedError(f"{inv} differs from 1/{ROTARY_BASE:g}^(2i/d): a rotary base this port does not know")
+    check_inv_freq(tensors, a)
     params = params_of(tensors, a, dtype)
     apply = jax.jit(lambda params, x_BxL, sigma_B: forward(a, params, x_BxL, sigma_B))
     info = {"graph": a.graph, "weights": source, "scale_by_sigma": a.scale_by_sigma, "arch": dataclasses.asdict(a)}
     if kind == SEDD:
         info["noise"] = dict(config.get("noise", {"type": "loglinear"}))
-    else:
+    else:  # MDLM's and duo's log-linear schedule, alpha_t = 1 - (1 - eps) t
         info["noise"] = {"type": "loglinear", "eps": 1e-3}
+    if kind == DUO:
+        info["process"] = "uniform_state"
     return Loaded(apply=apply, params=params, kind=kind, vocab_size=a.vocab_size, mask_id=a.mask_id,
                   max_seq_len=a.max_seq_len, output="log_score" if kind == SEDD else "logits",
                   time_conditioned=a.time_conditioned, info=info)
