@@ -360,9 +360,11 @@ def write_together(out_dir: str, files: dict, exclusive: bool = False) -> list[s
     os.makedirs(out_dir, exist_ok=True)
     clean_leftovers(out_dir)
     base = os.path.join(out_dir, UNIT_DIR)
-    made_base = not os.path.isdir(base)
-    if made_base:
+    try:  # two writers may both find no .reports/: one makes it, the other uses it
         os.mkdir(base)
+        made_base = True
+    except FileExistsError:
+        made_base = False
     try:
         version = _new_version(base, files)
     except BaseException:

@@ -73,7 +73,7 @@ def test_two_evaluations_at_once_never_both_say_written(tmp_path, plain_format):
     """Writers racing for one folder (exclusive: no eval.overwrite): exactly one commits, each
     other one is refused in one line at commit time naming the winner and where its own files
     are kept, and every result is on disk (the shown one and each kept one)."""
-    for trial in range(3):
+    for trial in range(8):  # a fresh folder each time: the writers also race to create .reports/
         out = tmp_path / f"w{trial}"
         results = _fork_writers(out, 4, exclusive=True)
         codes = [c for c, _ in results]
