@@ -25,6 +25,7 @@ seconds of compilation, and the suite has a 15-minute budget on 2 cores):
   worker process trains its own (once).
 """
 
+import contextlib
 import gc
 import os
 import shutil
@@ -106,24 +107,56 @@ def copy_run(run: Path, dest: Path) -> Path:
     return Path(dest)
 
 
+@contextlib.contextmanager
+def persistent_compilation_cache(cache_dir: str):
+    """JAX's persistent compilation cache in ``cache_dir`` for every program compiled inside
+    (identical programs compile once), the previous settings restored after."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache as cc
+
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+             "jax_persistent_cache_min_entry_size_bytes")
+    old = {n: getattr(jax.config, n) for n in names}
+    jax.config.update("jax_compilation_cache_dir", str(cache_dir))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    cc.reset_cache()
+    try:
+        yield str(cache_dir)
+    finally:
+        for n, v in old.items():
+            jax.config.update(n, v)
+        cc.reset_cache()
+
+
+@pytest.fixture(scope="session")
+def session_xla_cache(tmp_path_factory) -> str:
+    """One persistent compilation cache directory for the in-process trainings of the session
+    (the shared trained runs and the modules using tests/test_training.py's
+    ``compilation_cache``): the programs of the tiny model compile once per session."""
+    return str(tmp_path_factory.mktemp("xla_cache"))
+
+
 # The fault tests' run (tests/test_faults.py, test_readers_and_reports.py): 20 steps, a checkpoint
 # and a train log every 5, all 4 checkpoints kept.
 EVERY_5_STEPS = {"train.num_steps": 20, "train.log_every": 5, "train.ckpt_every": 5, "train.keep_checkpoints": 10}
 
 
 @pytest.fixture(scope="session")
-def trained_masked_run_every_5(tmp_path_factory) -> Path:
+def trained_masked_run_every_5(tmp_path_factory, session_xla_cache) -> Path:
     """``tiny_masked_config(**EVERY_5_STEPS)`` trained 20 steps on ``toy_corpus()``:
     checkpoints 5, 10, 15, 20 (read only, as ``trained_masked_run``)."""
     wd = tmp_path_factory.mktemp("trained_masked_run_every_5") / "run"
-    assert train_run(tiny_masked_config(**EVERY_5_STEPS), wd)["step"] == 20
+    with persistent_compilation_cache(session_xla_cache):
+        assert train_run(tiny_masked_config(**EVERY_5_STEPS), wd)["step"] == 20
     return wd
 
 
 @pytest.fixture(scope="session")
-def _trained_masked(tmp_path_factory) -> tuple[Path, dict]:
+def _trained_masked(tmp_path_factory, session_xla_cache) -> tuple[Path, dict]:
     wd = tmp_path_factory.mktemp("trained_masked_run") / "run"
-    return wd, train_run(tiny_masked_config(), wd)
+    with persistent_compilation_cache(session_xla_cache):
+        return wd, train_run(tiny_masked_config(), wd)
 
 
 @pytest.fixture(scope="session")

@@ -27,7 +27,8 @@ from jax.sharding import PartitionSpec as P
 
 from infodiff import tasks, training
 from infodiff.data import text as text_data
-from tests.conftest import PHRASE, copy_run, tiny_masked_config, toy_corpus, train_run  # noqa: F401
+from tests.conftest import (PHRASE, copy_run, persistent_compilation_cache, tiny_masked_config,  # noqa: F401
+                            toy_corpus, train_run)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,22 +51,12 @@ def read_metrics(workdir) -> list[dict]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def compilation_cache(tmp_path_factory):
-    """Persistent XLA cache for this module: identical programs compile once."""
-    from jax.experimental.compilation_cache import compilation_cache as cc
-
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-             "jax_persistent_cache_min_entry_size_bytes")
-    old = {n: getattr(jax.config, n) for n in names}
-    cache_dir = str(tmp_path_factory.mktemp("xla_cache"))
-    jax.config.update("jax_compilation_cache_dir", cache_dir)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-    cc.reset_cache()
-    yield cache_dir
-    for n, v in old.items():
-        jax.config.update(n, v)
-    cc.reset_cache()
+def compilation_cache(session_xla_cache):
+    """Persistent XLA cache for this module (and the modules importing this fixture): identical
+    programs compile once. The directory is the session's (tests/conftest.py), which the
+    shared trained runs filled: their programs are not compiled again here."""
+    with persistent_compilation_cache(session_xla_cache) as cache_dir:
+        yield cache_dir
 
 
 def _leaves_equal(a, b):
