@@ -13,8 +13,8 @@ seconds of compilation, and the suite has a 15-minute budget on 2 cores):
   ``tests.test_training.tiny_config`` is the same function.
 * ``toy_corpus()``: a periodic, learnable character stream (the toy corpus of every tiny run);
   ``train_run(config, workdir, corpus=None, **kwargs)``: ``training.train`` of it.
-* fixtures ``trained_masked_run`` and ``trained_masked_result`` (session): the workdir (a ``Path``) of ``tiny_masked_config()``
-  trained on ``toy_corpus()``: checkpoints 10, 20, 30, metrics.jsonl, config.json.
+* fixtures ``trained_masked_run`` and ``trained_masked_result`` (session): the workdir (a
+  ``Path``) of ``tiny_masked_config()`` trained on ``toy_corpus()``: checkpoints 10, 20, 30, metrics.jsonl, config.json.
   READ ONLY. Anything that writes into a workdir (evaluate.py / ``evaluation.evaluate`` of the
   split writes report.json there, scoring a file writes ``W/scores/``, resuming adds
   checkpoints) works on a copy: ``copy_run(trained_masked_run, tmp_path / "run")`` (or a
@@ -23,6 +23,9 @@ seconds of compilation, and the suite has a 15-minute budget on 2 cores):
   ``trained_masked_run_every_5``: the same config with ``EVERY_5_STEPS`` (20 steps, checkpoints
   5, 10, 15, 20), the fault tests' reference run; read only too. With pytest-xdist every
   worker process trains its own (once).
+* ``persistent_compilation_cache(dir)`` (a context manager) and fixture ``session_xla_cache``
+  (session): the persistent XLA cache of the in-process trainings; the shared runs fill it and
+  ``tests.test_training.compilation_cache`` (a module fixture other files import) points at it.
 """
 
 import contextlib
