@@ -262,15 +262,11 @@ def test_harness_rejects_unknown_model_args(unigram):
 # A trained run: lm-eval's CLI, evaluate.py and Run.choose give the same decisions
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    from tests.test_training import tiny_config, train_run
+def run_dir(trained_masked_run, tmp_path_factory):
+    """This module's copy of the suite's tiny trained masked run (tests/conftest.py)."""
+    from tests.conftest import copy_run
 
-    d = tmp_path_factory.mktemp("choices_run")
-    c = tiny_config()
-    c.train.num_steps = 20
-    c.train.ckpt_every = 20
-    train_run(c, str(d))
-    return d
+    return copy_run(trained_masked_run, tmp_path_factory.mktemp("choices_run") / "run")
 
 
 @needs_lm_eval

@@ -181,14 +181,16 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def short_run_dir(tmp_path_factory):
-    """The tiny masked run of tests/test_scoring.py trained for 10 steps instead of 40."""
-    from tests.test_training import tiny_config, train_run
+def short_run_dir(trained_masked_run, tmp_path_factory):
+    """The tiny masked run of tests/test_scoring.py as it was at step 10 (of 30): a copy with
+    checkpoints 20 and 30 removed."""
+    import shutil
 
-    d = tmp_path_factory.mktemp("compare_short_run")
-    c = tiny_config()
-    c.train.num_steps = 10
-    train_run(c, str(d))
+    from tests.conftest import copy_run
+
+    d = copy_run(trained_masked_run, tmp_path_factory.mktemp("compare_short_run") / "run")
+    for step in ("20", "30"):
+        shutil.rmtree(d / "checkpoints" / step)
     return d
 
 

@@ -16,9 +16,11 @@ def test_readme_is_a_front_door():
     commands = [line for line in text.splitlines() if line.startswith("python3 -m venv .venv")]
     assert len(commands) == 2, commands
     assert commands[0].endswith("evaluate.py --workdir runs/masked_text"), commands[0]
-    assert commands[1].endswith("-m pytest -q"), commands[1]
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "pip install -q -r requirements.txt" in ci and "-m pytest" in ci
+    assert "pip install -q -r requirements.txt" in ci
+    pytest_readme = commands[1][commands[1].index("-m pytest"):]
+    pytest_ci = ci[ci.index("-m pytest"):].strip()
+    assert pytest_readme == pytest_ci, (pytest_readme, pytest_ci)  # README's test command is what CI runs
 
 
 def test_docs_index_lists_every_page():

@@ -34,6 +34,7 @@ from infodiff.evaluation import report as report_lib
 from infodiff.training import guard as guard_lib
 from infodiff.training import loop as loop_lib
 from infodiff.training import workdir as workdir_lib
+from tests.conftest import EVERY_5_STEPS
 from tests.test_training import PHRASE, compilation_cache, tiny_config, toy_corpus, train_run  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,9 +43,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptio
 
 
 def fault_config(**overrides):
-    base = {"train.num_steps": 20, "train.log_every": 5, "train.ckpt_every": 5,
-            "train.keep_checkpoints": 10}
-    return tiny_config(**dict(base, **overrides))
+    """20 steps, checkpoints every 5 (tests/conftest.py EVERY_5_STEPS)."""
+    return tiny_config(**dict(EVERY_5_STEPS, **overrides))
 
 
 def steps_in(wd) -> list[int]:
@@ -84,11 +84,10 @@ def corpus():
 
 
 @pytest.fixture(scope="module")
-def reference_run(tmp_path_factory, corpus):
-    """The uninterrupted run (20 steps, checkpoints 5, 10, 15, 20): its workdir."""
-    wd = tmp_path_factory.mktemp("reference") / "wd"
-    assert train_run(fault_config(), wd, corpus)["step"] == 20
-    return wd
+def reference_run(trained_masked_run_every_5):
+    """The uninterrupted run (20 steps, checkpoints 5, 10, 15, 20): its workdir (read only; the
+    session's, tests/conftest.py)."""
+    return trained_masked_run_every_5
 
 
 @pytest.fixture(scope="module")

@@ -96,4 +96,4 @@ def test_lower_bounds_are_the_requirements_pins():
         assert op == ">=", f"{spec}: a lower bound, the pin stays in requirements.txt"
         bounds[name] = version
     assert bounds == pins  # every pin is declared (pytest, lm-eval under their extras), at its version
-    assert [_requirement(s)[0] for s in project["optional-dependencies"]["test"]] == ["pytest"]
+    assert [_requirement(s)[0] for s in project["optional-dependencies"]["test"]] == ["pytest", "pytest-xdist"]

@@ -147,15 +147,12 @@ ALTS = ["mat the", "ate the hat and the cat sat on the hat", "tac eht", "the cat
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    from tests.test_training import tiny_config, train_run
+def run_dir(trained_masked_run, tmp_path_factory):
+    """This module's copy of the suite's tiny trained masked run (tests/conftest.py): the tests
+    write reports into it."""
+    from tests.conftest import copy_run
 
-    d = tmp_path_factory.mktemp("scoring_run")
-    c = tiny_config()
-    c.train.num_steps = 40
-    c.train.ckpt_every = 40
-    train_run(c, str(d))
-    return d
+    return copy_run(trained_masked_run, tmp_path_factory.mktemp("scoring_run") / "run")
 
 
 def _write(path, lines):

@@ -8,7 +8,6 @@ corpus is a synthetic object (in process) or a tiny text8-format file (CLI).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -16,7 +15,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import types
 from pathlib import Path
 
 import jax
@@ -29,53 +27,15 @@ from jax.sharding import PartitionSpec as P
 
 from infodiff import tasks, training
 from infodiff.data import text as text_data
+from tests.conftest import (PHRASE, copy_run, persistent_compilation_cache, tiny_masked_config,  # noqa: F401
+                            toy_corpus, train_run)
 
 REPO = Path(__file__).resolve().parents[1]
-PHRASE = "the cat sat on the mat and the dog ate the hat "
 
 
-def _load_config_module():
-    spec = importlib.util.spec_from_file_location("_masked_text_cfg", REPO / "configs" / "masked_text.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def tiny_config(**overrides):
-    """configs/masked_text.py shrunk: 1 layer, width 32, L = 16, B = 8, 30 steps."""
-    c = _load_config_module().get_config()
-    c.model.num_layers = 1
-    c.model.num_heads = 2
-    c.model.width = 32
-    c.data.seq_len = 16
-    c.train.batch_size = 8
-    c.train.num_steps = 30
-    c.train.log_every = 10
-    c.train.eval_every = 1000
-    c.train.eval_batches = 2
-    c.train.ckpt_every = 10
-    c.train.keep_checkpoints = 5
-    c.optim.lr = 3e-3
-    c.optim.warmup_steps = 2
-    for k, v in overrides.items():
-        section, name = k.split(".")
-        c[section][name] = v
-    return c
-
-
-def toy_corpus(n_chars: int = 20000):
-    """A periodic, learnable character stream (ids in [0, 27))."""
-    ids = text_data.encode((PHRASE * (n_chars // len(PHRASE) + 1))[:n_chars])
-    return types.SimpleNamespace(
-        train=ids, valid=ids[: n_chars // 10], test=ids[: n_chars // 10], name="toy",
-        checksums={"train": "toy-train", "valid": "toy-valid", "test": "toy-test"},
-    )
-
-
-def train_run(config, workdir, corpus=None, **kwargs) -> dict:
-    """`training.train` of the task of `config` on `corpus` (default: the toy corpus)."""
-    return training.train(tasks.make_task(config, data=toy_corpus() if corpus is None else corpus),
-                          workdir, **kwargs)
+# The tiny config, corpus and training call shared by the suite (tests/conftest.py); the names
+# tiny_config, toy_corpus, train_run, PHRASE stay importable from here.
+tiny_config = tiny_masked_config
 
 
 def load(workdir, config=None):
@@ -91,22 +51,12 @@ def read_metrics(workdir) -> list[dict]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def compilation_cache(tmp_path_factory):
-    """Persistent XLA cache for this module: identical programs compile once."""
-    from jax.experimental.compilation_cache import compilation_cache as cc
-
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-             "jax_persistent_cache_min_entry_size_bytes")
-    old = {n: getattr(jax.config, n) for n in names}
-    cache_dir = str(tmp_path_factory.mktemp("xla_cache"))
-    jax.config.update("jax_compilation_cache_dir", cache_dir)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-    cc.reset_cache()
-    yield cache_dir
-    for n, v in old.items():
-        jax.config.update(n, v)
-    cc.reset_cache()
+def compilation_cache(session_xla_cache):
+    """Persistent XLA cache for this module (and the modules importing this fixture): identical
+    programs compile once. The directory is the session's (tests/conftest.py), which the
+    shared trained runs filled: their programs are not compiled again here."""
+    with persistent_compilation_cache(session_xla_cache) as cache_dir:
+        yield cache_dir
 
 
 def _leaves_equal(a, b):
@@ -122,8 +72,8 @@ def _leaves_equal(a, b):
 # Learning
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_loss_decreases_on_learnable_stream(tmp_path):
-    result = train_run(tiny_config(), tmp_path)
+def test_loss_decreases_on_learnable_stream(trained_masked_run, trained_masked_result):
+    tmp_path, result = trained_masked_run, trained_masked_result  # tiny_config() trained on toy_corpus()
     train = [r for r in read_metrics(tmp_path) if r["split"] == "train"]
     assert [r["step"] for r in train] == [10, 20, 30]
     first, last = train[0]["metrics"]["bpc"], train[-1]["metrics"]["bpc"]
@@ -177,12 +127,14 @@ def test_resume_is_bit_identical(tmp_path, name):
 
 
 @pytest.mark.slow
-def test_resume_from_an_earlier_checkpoint_and_its_config_checks(tmp_path):
+def test_resume_from_an_earlier_checkpoint_and_its_config_checks(tmp_path, trained_masked_run,
+                                                                  trained_masked_result):
     """The masked run stopped at 17 resumed from checkpoint 10 (17 lost) recomputes 11..17 to
     the uninterrupted run's state; the records logged after 10 are dropped; a changed model /
     optimizer key or data is refused; a cadence change is not."""
     cfg, corpus = tiny_config(), toy_corpus()
-    full = train_run(cfg, tmp_path / "full", corpus)
+    full = trained_masked_result  # tiny_config() trained on toy_corpus(), written here:
+    copy_run(trained_masked_run, tmp_path / "full")
     assert full["step"] == 30
 
     # Interrupted run: stops at step 17 (checkpoints 10 and 17) ...
