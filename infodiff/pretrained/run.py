@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from infodiff import external, scoring
+from infodiff import external, orders, scoring
 from infodiff import pretrained as registry
 from infodiff.pretrained import native
 from infodiff.pretrained import tokenizer as tok_lib
@@ -173,7 +173,7 @@ class BlockPretrainedTask(external.ExternalTask):
     (:class:`infodiff.processes.block.BlockProcess`, blocks of the checkpoint's ``block_size``) over
     the masked process of :class:`infodiff.external.ExternalTask`; for a time-free network (the
     released ones) the exact block likelihood (``Run.exact_nll``,
-    :func:`infodiff.processes.block.exact_block_nll`); no whole-sequence interval."""
+    :func:`infodiff.orders.exact_block_nll`); no whole-sequence interval."""
 
     name = "block"
     exact_likelihood = True  # Run.exact_nll asks the task; a time-conditioned network is refused there
@@ -191,12 +191,12 @@ class BlockPretrainedTask(external.ExternalTask):
                          "Run.nll (the block NELBO); the whole-sequence interval does not apply")
 
     def exact_nll(self, denoiser, x_BxL, *, target_BxL=None, pad_BxL=None, progress=False) -> dict:
-        """:func:`~infodiff.processes.block.exact_block_nll` (ValueError for a time-conditioned network:
+        """:func:`~infodiff.orders.exact_block_nll` (ValueError for a time-conditioned network:
         its any-order likelihood is not a function of the network's conditionals alone)."""
         if not self.time_free:
             raise ValueError("no exact block likelihood for a time-conditioned bd3lm network: its conditionals "
                              "depend on the noise level, so no single any-order model is defined; use Run.nll")
-        return block_lib.exact_block_nll(denoiser, x_BxL, self.block_size, target_BxL=target_BxL, pad_BxL=pad_BxL,
+        return orders.exact_block_nll(denoiser, x_BxL, self.block_size, target_BxL=target_BxL, pad_BxL=pad_BxL,
                                          vocab_size=self.vocab_size)
 
     def process_info(self, process) -> dict:
