@@ -8,6 +8,7 @@ that reads the keys. :func:`infodiff.config_usage.not_read` applies both.
 
 from __future__ import annotations
 
+import os
 import dataclasses
 from typing import Callable
 
@@ -62,3 +63,22 @@ def keys(names, when: str, test: Test, scope: Test = lambda c: True) -> tuple[Co
 NETWORK = differs("eval.mode", "oracle")
 ORACLE = equals("eval.mode", "oracle")
 NO_INPUT: Test = lambda c: not get(c, "eval.input")  # noqa: E731
+
+
+RUN_SECTIONS = ("process", "model", "data", "train", "eval")  # what every training run's config.json holds
+
+
+def check_run_config(saved, workdir: str) -> None:
+    """ValueError (one line) when ``saved``, the JSON of ``workdir/config.json``, is not an infodiff
+    training run's config: a released checkpoint's (``--pretrained``, docs/pretrained.md) or another
+    program's."""
+    missing = [k for k in RUN_SECTIONS if not isinstance(saved, dict) or not isinstance(saved.get(k), dict)]
+    if not missing:
+        return
+    keys = ", ".join(sorted(saved)[:6]) if isinstance(saved, dict) else type(saved).__name__
+    weights = any(os.path.isfile(os.path.join(workdir, n)) for n in
+                  ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin"))
+    what = ("a released checkpoint's: evaluate it with --pretrained " + repr(workdir) + " (docs/pretrained.md)"
+            if weights else "not an infodiff run's (give the workdir of python train.py)")
+    raise ValueError(f"{workdir!r} is not an infodiff training run: its config.json has no "
+                     f"{', '.join(repr(k) for k in missing)} section (keys: {keys}); that config is {what}")

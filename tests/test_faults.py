@@ -289,7 +289,8 @@ def test_stale_lock_is_taken_over(tmp_path):
 def test_evaluating_before_the_first_checkpoint_says_whether_training_runs(tmp_path):
     """No checkpoint yet: the one line says whether a training run holds train.lock (wait for
     its first checkpoint, at train.ckpt_every) or none does (start it)."""
-    (tmp_path / "config.json").write_text(json.dumps({"train": {"ckpt_every": 250}}))
+    (tmp_path / "config.json").write_text(json.dumps({"process": {}, "model": {}, "data": {}, "eval": {},
+                                                      "train": {"ckpt_every": 250}}))
     (tmp_path / training.CKPT_DIR).mkdir()
     with pytest.raises(FileNotFoundError, match=r"no training is running there: start it .*at step 250"):
         training.load_meta(tmp_path)

@@ -426,3 +426,25 @@ def test_cli_two_evaluations_at_once_one_written_one_refused_nothing_lost(tmp_pa
         assert len(kept) == 1 and {shown, json.loads((kept[0] / "report.json").read_text())["seed"]} == {1, 2}
     else:  # the loser started after the winner had written: refused before any work
         assert "already holds a report" in err[0] and not kept
+
+
+def test_a_released_checkpoint_given_as_a_workdir_is_one_line(tmp_path):
+    """A folder whose config.json is a released checkpoint's (or another program's) given where a
+    training run belongs: one ValueError naming the folder and, for weights, --pretrained."""
+    import shutil as _shutil
+
+    from infodiff import config_rules, training
+    from infodiff.configs import saved_run
+
+    ckpt = tmp_path / "ck"
+    _shutil.copytree(Path(__file__).parent / "fixtures" / "pretrained" / "mdlm", ckpt)
+    for read in (training.saved_config, saved_run.get_config):
+        with pytest.raises(ValueError, match=r"is not an infodiff training run: .*--pretrained") as e:
+            read(str(ckpt))
+        assert "\n" not in str(e.value)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text('{"a": 1}')
+    with pytest.raises(ValueError, match=r"has no 'process', 'model', 'data', 'train', 'eval' section \(keys: a\)"):
+        training.saved_config(str(other))
+    config_rules.check_run_config({k: {} for k in config_rules.RUN_SECTIONS}, str(other))  # a run's: accepted

@@ -12,6 +12,8 @@ import os
 
 import ml_collections
 
+from infodiff import config_rules
+
 
 def _fill_missing(saved: dict, defaults: dict) -> dict:
     out = dict(saved)
@@ -39,6 +41,7 @@ def get_config(workdir: str) -> ml_collections.ConfigDict:
                          "and the run's settings") from None
     if not isinstance(saved, dict):
         raise ValueError(f"{path} must hold a JSON object (the run's config); got {type(saved).__name__}")
+    config_rules.check_run_config(saved, workdir)
     experiment = saved.get("experiment", "")
     try:
         module = importlib.import_module(f"infodiff.configs.{experiment}") if experiment else None

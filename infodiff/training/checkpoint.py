@@ -48,7 +48,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from jax.sharding import Mesh
 
-from infodiff import parallel
+from infodiff import config_rules, parallel
 from infodiff.training import guard
 from infodiff.training import state as state_lib
 from infodiff.training import workdir as workdir_lib
@@ -220,7 +220,9 @@ def saved_config(workdir: str) -> dict:
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} not found: is {workdir!r} a training workdir?")
     with open(path) as f:
-        return json.load(f)
+        saved = json.load(f)
+    config_rules.check_run_config(saved, workdir)
+    return saved
 
 
 # ---------------------------------------------------------------------------------------------
