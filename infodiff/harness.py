@@ -57,6 +57,7 @@ import functools
 import json
 import os
 import sys
+import tempfile
 import time
 
 import jax
@@ -449,6 +450,13 @@ def _check_output_folder(out: str) -> str:
         raise ValueError(f"--output_path {out!r}: {d!r} is a file, not a folder: give a folder (or a .json path in one)")
     if not os.access(d, os.W_OK | os.X_OK):
         raise ValueError(f"--output_path {out!r}: the folder {d!r} is not writable: give a writable folder")
+    try:  # the folder made and a file written in it now, not after the run (os.access passes root everywhere)
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".infodiff-write-check-"):
+            pass
+    except OSError as e:
+        raise ValueError(f"--output_path {out!r}: cannot write in {os.path.abspath(folder)!r} "
+                         f"({e.strerror or e}): give a writable folder") from None
     return folder
 
 

@@ -312,6 +312,13 @@ def test_harness_output_path_that_is_a_file_is_refused_before_the_run(monkeypatc
     assert f.read_text() == "x"
 
 
+def test_harness_output_path_that_cannot_be_written_is_refused_before_the_run(monkeypatch, capsys):
+    """A folder that cannot be made or written (here under /proc; root passes os.access): refused
+    before the run, so no result is computed and then lost."""
+    code, err, ran = _harness_main(monkeypatch, capsys, None, ["--tasks", "t", "--output_path", "/proc/x"])
+    assert code == 1 and not ran and len(err) == 1 and "cannot write in '/proc/x'" in err[0], err
+
+
 def test_harness_files_are_new_and_atomic(tmp_path):
     """Two writes of one name in one second keep both files (os.link: never over another's)."""
     p = str(tmp_path / "infodiff_choices_T.json")
