@@ -18,6 +18,8 @@ import os
 import shutil
 import sys
 
+import time
+
 import tqdm
 
 __all__ = ["bar", "on_terminal", "restart_clock"]
@@ -76,8 +78,9 @@ def restart_clock(pbar: tqdm.tqdm, desc: str | None = None) -> None:
     """Count ``pbar``'s elapsed time, rate and ETA from now, keeping its count (after a
     compilation: its minutes are not the pace of the steps that follow); ``desc`` replaces the
     label."""
-    n = pbar.n
-    pbar.reset(total=pbar.total)
-    pbar.initial = pbar.n = pbar.last_print_n = n
+    now = time.time()  # tqdm's clock
+    pbar.initial = pbar.last_print_n = pbar.n  # no reset(): it would draw the count 0 and a negative rate
+    pbar.start_t = pbar.last_print_t = now
     if desc is not None:
         pbar.set_description_str(desc, refresh=False)
+    pbar.refresh()

@@ -68,3 +68,23 @@ def test_restart_clock_keeps_the_count():
     progress.restart_clock(b, "y")
     assert (b.n, b.initial, b.desc) == (3, 3, "y")
     b.close()
+
+
+def test_restart_clock_after_a_resume_never_draws_a_negative_rate():
+    """A resumed bar (initial 60 of 90) restarted after compilation: every drawn line keeps the
+    count and no rate or ETA is negative (reset() drew 0/90 at -1.7e6 step/s)."""
+    import io
+    import re
+    import time
+
+    import tqdm
+
+    buf = io.StringIO()
+    b = tqdm.tqdm(total=90, initial=60, file=buf, mininterval=0, ascii=True, ncols=100, unit="step")
+    time.sleep(0.05)
+    progress.restart_clock(b, "train")
+    b.update(5)
+    b.close()
+    lines = [x for x in buf.getvalue().replace("\r", "\n").splitlines() if x.strip()]
+    assert not any(" 0/90" in x for x in lines), lines
+    assert not any(re.search(r"-\d|<-", x) for x in lines), lines
