@@ -156,27 +156,41 @@ def test_sigint_in_evaluate_says_what_was_lost(tmp_path):
     import signal
     import time
 
+    import pty
+
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("INFODIFF_TRACEBACK", None)
+    master, slave = pty.openpty()  # stderr a terminal: the evaluation draws its progress bar there
     p = subprocess.Popen([sys.executable, "evaluate.py", "--config", "configs/oracle_markov.py",
                           f"--config.eval.output_dir={tmp_path}"], cwd=REPO, env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=slave, text=True)
+    os.close(slave)
+
+    def read_err():
+        try:
+            return os.read(master, 4096).decode(errors="replace")
+        except OSError:  # EIO: the process closed its terminal
+            return ""
+
     err = ""
     try:
         t0 = time.time()
         while time.time() - t0 < 300:  # until a batch of the estimate has run (compiled, steady state)
-            ch = p.stderr.read(1)
-            if not ch:
+            chunk = read_err()
+            if not chunk:
                 break
-            err += ch
+            err += chunk
             if "| 1/" in err:
                 break
         p.send_signal(signal.SIGINT)
-        out, rest = p.communicate(timeout=300)
+        p.communicate(timeout=300)
+        while chunk := read_err():
+            err += chunk
     finally:
         if p.poll() is None:
             p.kill()
-    err += rest
+        os.close(master)
+    err = err.replace("\r\n", "\n")
     assert p.returncode == 130, err[-2000:]
     assert err.strip().splitlines()[-1].startswith("interrupted (SIGINT): the work in progress is lost"), err[-2000:]
     assert "Traceback" not in err

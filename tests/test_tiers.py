@@ -14,6 +14,7 @@ MODULES = sorted((ROOT / "tests").glob("test_*.py"))
 ALL_SLOW = {
     "test_poisson_calibration.py": "SE calibration over 1640 oracle cases; test_poisson.py holds the estimator to 4 SE",
     "test_trained_model_estimators.py": "trains a model; test_processes.py runs every estimator against exact values",
+    "test_pretrained_sharded.py": "a subprocess with 2 host devices; test_pretrained_run.py loads the same weights whole",
 }
 
 
