@@ -104,7 +104,7 @@ def launch(script: str, args: list[str], num_processes: int, devices: int, logdi
         wait_all(procs, time.time() + TIMEOUT_S)
     texts = stderr_texts(script, num_processes, logdir)
     for p, text in zip(procs, texts):
-        assert p.returncode == expect_rc, text[-3000:]
+        assert p.returncode == expect_rc, "\n=====\n".join(t[-3000:] for t in texts)
     return texts
 
 
@@ -225,8 +225,7 @@ def test_evaluation_across_two_processes_gives_the_single_process_report(masked_
           "--config.eval.num_generate=0", "--config.eval.batch_size=16"]
     launch("evaluate.py", [f"--workdir={wd}", *ev], 1, 1, tmp_path / "ev1")
     single = json.loads((wd / "report.json").read_text())
-    (wd / "report.json").unlink()
-    launch("evaluate.py", [f"--workdir={wd}", *ev], 2, 2, tmp_path / "ev2")
+    launch("evaluate.py", [f"--workdir={wd}", *ev, "--config.eval.overwrite=True"], 2, 2, tmp_path / "ev2")
     multi = json.loads((wd / "report.json").read_text())
     assert (multi["env"]["devices"], multi["env"]["processes"], single["env"]["devices"]) == (4, 2, 1)
     assert multi["forward_passes"] == single["forward_passes"] > 0

@@ -455,3 +455,18 @@ def test_a_released_checkpoint_given_as_a_workdir_is_one_line(tmp_path):
     with pytest.raises(ValueError, match=r"has no 'process', 'model', 'data', 'train', 'eval' section \(keys: a\)"):
         training.saved_config(str(other))
     config_rules.check_run_config({k: {} for k in config_rules.RUN_SECTIONS}, str(other))  # a run's: accepted
+
+
+def test_a_folder_whose_report_json_was_removed_still_holds_a_report(tmp_path, plain_format):
+    """report.json deleted by hand, its unit (.reports/current) left: the rerun is refused before
+    any work, not after it at commit time."""
+    import ml_collections
+
+    out = tmp_path / "w"
+    report_lib.write_report(report_lib.Report(_rep(1)), str(out))
+    (out / "report.json").unlink()
+    cfg = ml_collections.ConfigDict({"eval": {"overwrite": False}})
+    with pytest.raises(ValueError, match=r"already holds a report \(\.reports/current; report\.json was removed"):
+        report_lib.refuse_existing(str(out), cfg)
+    cfg.eval.overwrite = True
+    report_lib.refuse_existing(str(out), cfg)

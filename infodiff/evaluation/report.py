@@ -1241,8 +1241,13 @@ def refuse_existing(out_dir: str, config, elsewhere: str = "--config.eval.output
     """ValueError (one line naming the folder and the fix) when ``out_dir`` already holds a
     report.json and ``config.eval.overwrite`` is False: a rerun never replaces a report silently.
     Called by a trained run's evaluation after its settings are checked, before any work."""
-    if not bool(config.eval.get("overwrite", False)) and os.path.lexists(os.path.join(out_dir, "report.json")):
-        raise ValueError(f"{out_dir} already holds a report (report.json): pass --config.eval.overwrite=True to "
+    if bool(config.eval.get("overwrite", False)):
+        return
+    current = os.path.join(out_dir, files_lib.UNIT_DIR, files_lib.CURRENT)  # held even if report.json was removed
+    if os.path.lexists(os.path.join(out_dir, "report.json")) or os.path.lexists(current):
+        what = "report.json" if os.path.lexists(os.path.join(out_dir, "report.json")) else \
+            f"{files_lib.UNIT_DIR}/{files_lib.CURRENT}; report.json was removed, its unit was not"
+        raise ValueError(f"{out_dir} already holds a report ({what}): pass --config.eval.overwrite=True to "
                          f"replace it, or {elsewhere}")
 
 
