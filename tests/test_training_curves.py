@@ -80,7 +80,7 @@ def test_evaluate_writes_training_curves_beside_the_report(tmp_path):
     assert os.readlink(png) == os.path.join(".reports", "current", "training_curves.png")  # one unit
     assert os.path.dirname(jpath) == os.path.dirname(png)  # beside report.json
     assert json.load(open(jpath))["plots"] == [png]
-    assert f"plot: {png}" in re.sub(r"\n +", "", open(tpath).read())  # a path over 100 columns is wrapped
+    assert f"plot:{png}" in re.sub(r"\s+", "", open(tpath).read())  # report.txt wraps at 100 columns
     assert sorted(p.name for p in wd.iterdir() if p.name.endswith(".tmp")) == []
     cfg.eval.overwrite = True  # the report written above is replaced by each evaluation below
 
