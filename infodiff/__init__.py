@@ -4,7 +4,8 @@
 (:mod:`infodiff.scoring`); ``infodiff.from_function(logprobs_fn, ...)`` scores a masked diffusion
 model defined outside infodiff the same way (:mod:`infodiff.external`); ``infodiff.load_pretrained(dir)``
 a released checkpoint (SEDD, MDLM ...: :mod:`infodiff.pretrained`, docs/pretrained.md); ``infodiff.compare(run_a,
-run_b, texts)`` compares two runs on the same rows with a paired SE (:mod:`infodiff.compare`). All
+run_b, texts)`` compares two runs on the same rows with a paired SE (:mod:`infodiff.compare`);
+``infodiff.choose(run, prompts, choices)`` answers multiple-choice questions (:mod:`infodiff.choices`). All
 are imported on first use, so ``import infodiff`` stays light.
 """
 
@@ -20,6 +21,10 @@ def __getattr__(name):
         from infodiff.pretrained import run
 
         return run.load_pretrained
+    if name == "choose":
+        from infodiff import choices
+
+        return choices.choose
     if name == "from_function":
         from infodiff import external
 

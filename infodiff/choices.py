@@ -2,7 +2,7 @@
 with a stated confidence and as few samples as the question needs (docs/scoring.md, "Multiple
 choice").
 
-    res = run.choose(prompts, choices, answers=answers)       # Run.choose -> Choices
+    res = choose(run, prompts, choices, answers=answers)      # infodiff.choose -> Choices
     res.choice, res.decided, res.margin, res.margin_stderr     # per question
     res.accuracy, res.accuracy_stderr, res.accuracy_mc_stderr  # with answers
 
@@ -224,6 +224,9 @@ def best_probabilities(samples_NxS, exact_N, stderr_N, seed: int) -> np.ndarray:
     return np.bincount(order, minlength=N) / BEST_DRAWS
 
 
+CHOICE_QUERY = "a multiple-choice question (responses to a prompt)"
+
+
 def mc_stderr(p_best: list) -> float:
     """sqrt(sum_q max_j p (1 - p)) / Q over questions' :func:`best_probabilities`."""
     if not len(p_best):
@@ -241,6 +244,14 @@ def choose(run, prompts, choices, *, answers=None, confidence: float = 0.95, num
     ``max_samples``: the cap per option (default :func:`default_samples`: k_dce 128). Same seed, same questions ->
     same decisions. Raises TypeError / ValueError for malformed questions, answers out of range,
     bad settings, or options of one question that need different numbers of windows."""
+    with run.guard(CHOICE_QUERY, prompt=True):
+        return _choose(run, prompts, choices, answers=answers, confidence=confidence, num_samples=num_samples,
+                       max_samples=max_samples, adaptive=adaptive, coupled=coupled, seed=seed)
+
+
+def _choose(run, prompts, choices, *, answers=None, confidence: float = 0.95, num_samples: int | None = None,
+           max_samples: int | None = None, adaptive: bool = True, coupled: bool = True, seed: int | None = None) -> Choices:
+    """The body of :func:`choose`."""
     prompts = list(prompts) if not isinstance(prompts, str) else prompts
     if isinstance(choices, (str, bytes)) or not hasattr(choices, "__iter__"):
         raise TypeError("choices: expected a list with one list of option strings per question")
@@ -274,7 +285,7 @@ def choose(run, prompts, choices, *, answers=None, confidence: float = 0.95, num
         changed.append(_sum_dicts([p_changed[i], *ch]))
     run.last_changed = changed
     run.last_context = np.asarray([len(c) for c in ctx], np.int64)
-    res = choose_tokens(run, ctx, options, answers=answers, confidence=confidence, num_samples=first,
+    res = _choose_tokens(run, ctx, options, answers=answers, confidence=confidence, num_samples=first,
                         max_samples=cap, adaptive=adaptive, coupled=coupled, seed=seed)
     res.info["prompt_tokens"] = np.asarray(run.last_context, np.int64)
     return res
@@ -287,6 +298,14 @@ def choose_tokens(run, contexts, options, *, answers=None, confidence=0.95, num_
     partial-evaluation tasks, e.g. Winogrande, change the context and keep the continuation), ``options`` Q lists of >= 2 non-empty int arrays; ``num_samples`` /
     ``max_samples`` resolved (no defaults here). The lm-eval model calls it with its own
     tokenization (:mod:`infodiff.harness`)."""
+    with run.guard(CHOICE_QUERY, prompt=True):
+        return _choose_tokens(run, contexts, options, answers=answers, confidence=confidence, num_samples=num_samples,
+                              max_samples=max_samples, adaptive=adaptive, coupled=coupled, seed=seed)
+
+
+def _choose_tokens(run, contexts, options, *, answers=None, confidence=0.95, num_samples=16, max_samples=128,
+                  adaptive=True, coupled=True, seed=None) -> Choices:
+    """The body of :func:`choose_tokens`."""
     Q, first, cap = len(options), int(num_samples), int(max_samples)
     ctx = contexts
     L = run.seq_len

@@ -37,6 +37,7 @@ every trace, and the estimators refuse non-finite values (FloatingPointError).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import threading
@@ -196,31 +197,37 @@ class ExternalTask(scoring.ScorerTask):
 
 
 def _reraise_user_error(method: Callable) -> Callable:
-    """``method`` of a Run, with the first exception of the user's function in a host call (or of
-    its per-call check) re-raised as itself (its type and message, a note naming the call), not
-    as the JaxRuntimeError that JAX's callback turns it into."""
+    """``method`` of a Run inside :meth:`ExternalRun.guard`."""
 
     @functools.wraps(method)
     def wrapped(self, *args, **kwargs):
+        with self.guard(method.__name__):
+            return method(self, *args, **kwargs)
+
+    return wrapped
+
+
+class ExternalRun(scoring.Run):
+    """A :class:`infodiff.scoring.Run` over a user's function: every public method, and every
+    query that calls the network from outside the Run (:meth:`guard`), re-raises a failure of the
+    function as itself."""
+
+    @contextlib.contextmanager
+    def guard(self, what: str, *, prompt: bool = False):
+        """Re-raise the first exception of the user's function in a host call (or of its per-call
+        check) as itself (its type and message, a note naming the call), not as the
+        JaxRuntimeError that JAX's callback turns it into."""
         self.denoiser.take_failure()  # forget one of an earlier method that was caught by its caller
         try:
-            return method(self, *args, **kwargs)
+            yield
         except Exception as e:
             failure = self.denoiser.take_failure()
             if failure is None or failure is e:
                 raise
             raise failure from None
 
-    return wrapped
 
-
-class ExternalRun(scoring.Run):
-    """A :class:`infodiff.scoring.Run` over a user's function: every public method re-raises a
-    failure of the function as itself (:func:`_reraise_user_error`)."""
-
-
-for _name in ("nll", "conditional_nll", "log_ratio", "choose", "nll_interval", "conditional_nll_interval",
-              "window_nll"):
+for _name in ("nll", "conditional_nll", "log_ratio", "nll_interval", "conditional_nll_interval", "window_nll"):
     setattr(ExternalRun, _name, _reraise_user_error(getattr(scoring.Run, _name)))
 
 

@@ -183,7 +183,7 @@ class InfodiffLM(LM):
         return ctx, cont
 
     def _seed_for_call(self, kind: str) -> int:
-        """The run's seed (or ``seed``) for the first call of a request type, as ``run.choose`` /
+        """The run's seed (or ``seed``) for the first call of a request type, as ``infodiff.choose`` /
         ``run.nll`` / ``evaluate.py`` use it (same numbers); + n for its (n+1)-th call."""
         seed = self.run.config.eval.seed if self.seed is None else self.seed
         n = self._calls.get(kind, 0)

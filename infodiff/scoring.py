@@ -39,6 +39,7 @@ window (k_dce 16, SEDD absorb 128, uniform 512) the per-row SEs are flagged
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 
@@ -46,7 +47,6 @@ import jax
 import numpy as np
 
 from infodiff import likelihood as lk
-from infodiff import choices as choices_lib
 from infodiff import orders as orders_lib
 from infodiff import tasks
 from infodiff.data.tokenizers import BYTES, TEXT8, Tokenizer, clean  # noqa: F401  (re-exported)
@@ -263,14 +263,13 @@ class Run:
         return self._until(draw, seed, num_samples, target_se, max_samples, bound="nelbo_difference")
 
 
-    def choose(self, prompts, choices, *, answers=None, confidence: float = 0.95, num_samples: int | None = None,
-               max_samples: int | None = None, adaptive: bool = True, coupled: bool = True, seed: int | None = None):
-        """The most likely option of each multiple-choice question, decided at ``confidence`` with
-        adaptive stopping and coupled options: :func:`infodiff.choices.choose` (a
-        :class:`infodiff.choices.Choices`)."""
-        return choices_lib.choose(self, prompts, choices, answers=answers, confidence=confidence,
-                                  num_samples=num_samples, max_samples=max_samples, adaptive=adaptive,
-                                  coupled=coupled, seed=seed)
+    def guard(self, what: str, *, prompt: bool = False):
+        """The context in which a query outside this class (:func:`infodiff.choices.choose`,
+        :func:`infodiff.choices.choose_tokens`, the lm-eval model) calls the network: here nothing;
+        a run over a user's function re-raises the function's own errors in it
+        (:class:`infodiff.external.ExternalRun`), a released network that cannot take a prompt
+        refuses ``what`` when ``prompt`` (:class:`infodiff.pretrained.run.WholeWindowRun`)."""
+        return contextlib.nullcontext()
 
     # -- the model's own -log p over generation orders (infodiff/orders.py) --------------------
     def _interval_windows(self, win: Windows, num_rows: int, nelbo: lk.Estimate, seed, orders_, level, proposal,

@@ -4,9 +4,9 @@
 
 1. ``python -m infodiff.harness`` (lm-eval) on the local task of scripts/make_choice_task.py:
    lm-eval's acc and acc_stderr, and the Monte Carlo error of acc;
-2. ``evaluate.py --config.eval.input=mc.jsonl`` on the same questions (it calls ``run.choose``):
+2. ``evaluate.py --config.eval.input=mc.jsonl`` on the same questions (it calls ``infodiff.choose``):
    the same decisions with the same seed;
-3. ``run.choose`` with a fixed 128 samples per option (LLaDA's budget) against the adaptive
+3. ``infodiff.choose`` with a fixed 128 samples per option (LLaDA's budget) against the adaptive
    default: forward passes per question and the agreement of the decisions; and adaptive with
    decoupled options (independent draws per option) on the first ``--decoupled`` questions.
 Prints a table and writes OUT/acceptance.json.
@@ -79,7 +79,7 @@ def main():
     qs = [json.loads(ln) for ln in open(os.path.join(a.out, "mc.jsonl"))]
     P, C, A = [q["prompt"] for q in qs], [q["choices"] for q in qs], [q["answer"] for q in qs]
     t = time.time()
-    fixed = run.choose(P, C, answers=A, adaptive=False, num_samples=128)
+    fixed = infodiff.choose(run, P, C, answers=A, adaptive=False, num_samples=128)
     res["fixed_128"] = {**fixed.summary(), "wall_s": time.time() - t}
     agree = e_choice == fixed.choice
     dec = np.array([r["decided"] for r in rows])
@@ -90,7 +90,7 @@ def main():
     _save(a.out, res)
     n = min(a.decoupled, len(qs))
     t = time.time()
-    dcp = run.choose(P[:n], C[:n], answers=A[:n], coupled=False)
+    dcp = infodiff.choose(run, P[:n], C[:n], answers=A[:n], coupled=False)
     res["decoupled_first"] = {**dcp.summary(), "wall_s": time.time() - t,
                               "coupled_passes_mean_same_questions": float(np.mean([r["forward_passes"]
                                                                                    for r in rows[:n]])),

@@ -74,7 +74,7 @@ def main():
     exact_best = np.array([int(np.argmax(t_)) for t_ in truth])
     answers = np.array([q[2] for q in qs])
     t = time.time()
-    fixed = run.choose([q[0] for q in qs], [q[1] for q in qs], adaptive=False, num_samples=128)
+    fixed = infodiff.choose(run, [q[0] for q in qs], [q[1] for q in qs], adaptive=False, num_samples=128)
     wall_fixed = time.time() - t
     passes = np.array([r["forward_passes"] for r in lm.records])
     res = {"questions": len(qs), "order": a.order, "temperature": a.temperature, "first_samples": lm.first_samples,

@@ -5,7 +5,7 @@ each question is a 48-character context, the true 12-character continuation and 
     python scripts/make_choice_task.py --out /tmp/mc --questions 200
 
 writes ``OUT/mc.jsonl`` ({"id", "prompt", "choices", "answer"}: ``evaluate.py --config.eval.input``
-and ``run.choose``) and ``OUT/lm_eval/infodiff_corpus_mc.yaml`` with ``OUT/lm_eval/mc.jsonl`` (an
+and ``infodiff.choose``) and ``OUT/lm_eval/infodiff_corpus_mc.yaml`` with ``OUT/lm_eval/mc.jsonl`` (an
 lm-evaluation-harness task over the same questions, ``dataset_path: json``: ``--include_path``).
 The prompt ends where the continuation starts; the continuation starts with its own first
 character, and the model joins them with one space (the text8 runs' prompt separator), so both

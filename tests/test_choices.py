@@ -1,4 +1,4 @@
-"""Multiple choice (infodiff.choices, Run.choose), the lm-eval model (infodiff.harness) and
+"""Multiple choice (infodiff.choices, infodiff.choose), the lm-eval model (infodiff.harness) and
 evaluate.py on a choices .jsonl, against an exact oracle.
 
 Oracle: a 1st-order Markov chain over text8's 27 characters scored through
@@ -76,7 +76,7 @@ def test_choices_match_the_exact_chain_and_decisions_are_right(chain, run, quest
     P, C = [q[0] for q in questions], [q[1] for q in questions]
     exact = [np.array([_exact(chain, p, o) for o in opts]) for p, opts in questions]
     answers = [int(np.argmin(e)) for e in exact]
-    res = run.choose(P, C, answers=answers)
+    res = infodiff.choose(run, P, C, answers=answers)
     z = np.concatenate([(m - e) / s for m, e, s in zip(res.nll, exact, res.nll_stderr)])
     print("\nz:", np.round(z, 2), "\ndecided:", res.decided.mean(), "passes:", res.forward_passes)
     assert np.all(np.abs(z) < Z_MAX), z
@@ -89,7 +89,7 @@ def test_choices_match_the_exact_chain_and_decisions_are_right(chain, run, quest
     assert np.all(res.samples[~res.decided] == 128) and res.samples[res.decided].min() == 32
     # a tie (the same option three times, coupled: every difference 0) is never decided; each is best
     # with probability 1/3, so the accuracy's MC variance of the question is (1/3)(2/3)
-    tie = run.choose([P[0]], [[C[0][0]] * 3])
+    tie = infodiff.choose(run, [P[0]], [[C[0][0]] * 3])
     assert not tie.decided[0] and tie.samples[0] == 128 and tie.margin[0] == 0.0
     np.testing.assert_allclose(tie.p_best[0], 1 / 3, atol=0.03)
     assert tie.p_flip[0] == pytest.approx(2 / 3, abs=0.03)
@@ -103,7 +103,7 @@ def test_choices_match_the_exact_chain_and_decisions_are_right(chain, run, quest
     assert all(abs(p.sum() - 1) < 1e-12 for p in res.p_best)
     assert res.accuracy_stderr == pytest.approx(np.sqrt(res.accuracy * (1 - res.accuracy) / (len(P) - 1)))
     # same seed -> the same decisions and numbers
-    again = run.choose(P, C, answers=answers)
+    again = infodiff.choose(run, P, C, answers=answers)
     np.testing.assert_array_equal(again.choice, res.choice)
     np.testing.assert_array_equal(again.margin, res.margin)
 
@@ -121,8 +121,8 @@ def test_coupling_decides_with_fewer_samples(chain, run):
         if len(set(opts)) == 4 and " " not in "".join(o[0] + o[-1] for o in opts):
             P.append(p)
             C.append(opts)
-    c = run.choose(P, C)
-    d = run.choose(P, C, coupled=False)
+    c = infodiff.choose(run, P, C)
+    d = infodiff.choose(run, P, C, coupled=False)
     print("\nsamples per option, coupled:", c.samples, "decoupled:", d.samples)
     assert c.samples.mean() < 0.7 * d.samples.mean(), (c.samples.mean(), d.samples.mean())
 
@@ -130,15 +130,15 @@ def test_coupling_decides_with_fewer_samples(chain, run):
 def test_bad_questions_are_refused(unigram):
     run = unigram
     with pytest.raises(ValueError, match=r"choices\[0\] must be a list of at least 2"):
-        run.choose(["a"], [["b"]])
+        infodiff.choose(run, ["a"], [["b"]])
     with pytest.raises(ValueError, match=r"answers\[0\]=5"):
-        run.choose(["a"], [["b", "c"]], answers=[5])
+        infodiff.choose(run, ["a"], [["b", "c"]], answers=[5])
     with pytest.raises(ValueError, match="confidence=1.5"):
-        run.choose(["a"], [["b", "c"]], confidence=1.5)
+        infodiff.choose(run, ["a"], [["b", "c"]], confidence=1.5)
     with pytest.raises(ValueError, match="max_samples=8 is below num_samples=32"):
-        run.choose(["a"], [["b", "c"]], max_samples=8)
+        infodiff.choose(run, ["a"], [["b", "c"]], max_samples=8)
     with pytest.raises(ValueError, match=r"choices\[0\] option\[1\] is empty"):
-        run.choose(["a"], [["b", "!!"]])
+        infodiff.choose(run, ["a"], [["b", "!!"]])
 
 
 def test_levels_and_looks():
@@ -147,7 +147,7 @@ def test_levels_and_looks():
 
 
 # ---------------------------------------------------------------------------------------------
-# The lm-eval model: the same numbers as Run.choose / Run.nll, and is_greedy
+# The lm-eval model: the same numbers as infodiff.choose / Run.nll, and is_greedy
 # ---------------------------------------------------------------------------------------------
 needs_lm_eval = pytest.mark.skipif(importlib.util.find_spec("lm_eval") is None,
                                    reason="lm-eval is not installed (pip install -e '.[harness]')")
@@ -161,7 +161,7 @@ def _instances(kind, args_list, doc_ids=None):
 
 
 @needs_lm_eval
-def test_harness_loglikelihood_is_run_choose(unigram, questions):
+def test_harness_loglikelihood_is_choose(unigram, questions):
     from infodiff.harness import InfodiffLM
 
     run = unigram
@@ -172,7 +172,7 @@ def test_harness_loglikelihood_is_run_choose(unigram, questions):
             reqs.append((p, " " + o))  # lm-eval's target_delimiter
             doc.append(q)
     out = lm.loglikelihood(_instances("loglikelihood", reqs, doc))
-    res = run.choose([q[0] for q in questions], [q[1] for q in questions])
+    res = infodiff.choose(run, [q[0] for q in questions], [q[1] for q in questions])
     np.testing.assert_array_equal(np.array([o[0] for o in out]), -np.concatenate(res.nll))
     assert [r["choice"] for r in lm.records] == res.choice.tolist()
     s = lm.choice_summary()["t"]
@@ -259,7 +259,7 @@ def test_harness_rejects_unknown_model_args(unigram):
 
 
 # ---------------------------------------------------------------------------------------------
-# A trained run: lm-eval's CLI, evaluate.py and Run.choose give the same decisions
+# A trained run: lm-eval's CLI, evaluate.py and infodiff.choose give the same decisions
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def run_dir(trained_masked_run, tmp_path_factory):
@@ -271,7 +271,7 @@ def run_dir(trained_masked_run, tmp_path_factory):
 
 @needs_lm_eval
 @pytest.mark.slow
-def test_harness_cli_evaluate_and_run_choose_agree(run_dir, tmp_path):
+def test_harness_cli_evaluate_and_choose_agree(run_dir, tmp_path):
     qs = [{"id": f"q{i}", "prompt": p, "choices": c, "answer": a} for i, (p, c, a) in enumerate([
         ("in the beginning", ["god created", "xqz vvv", "the end"], 0),
         ("to be or not", ["to be", "qqqq zz", "and so"], 0),
@@ -302,7 +302,7 @@ def test_harness_cli_evaluate_and_run_choose_agree(run_dir, tmp_path):
     rows_path = [os.path.join(dp, "rows.jsonl") for dp, _, fs in os.walk(run_dir) if "rows.jsonl" in fs][0]
     rows = [json.loads(ln) for ln in open(rows_path)]
     run = infodiff.load_run(str(run_dir))
-    res = run.choose([q["prompt"] for q in qs], [q["choices"] for q in qs], answers=[q["answer"] for q in qs])
+    res = infodiff.choose(run, [q["prompt"] for q in qs], [q["choices"] for q in qs], answers=[q["answer"] for q in qs])
     assert h_choice == [r["choice"] for r in rows] == res.choice.tolist()
     assert [r["value"] for r in rows] == pytest.approx(res.margin.tolist(), rel=1e-5)  # evaluate.py splits rows over CPU devices: float rounding
     # generate_until: the ancestral sampler continues the context, cut at `until`

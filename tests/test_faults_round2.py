@@ -177,10 +177,27 @@ def test_from_function_later_bad_shape_is_one_value_error(mode, match):
     assert "\n" not in str(e.value) and "call" in str(e.value)
 
 
-def test_from_function_user_exception_is_reraised_as_itself():
+def _choose_tokens(run):
+    from infodiff import choices
+
+    enc = run.encode
+    return choices.choose_tokens(run, [enc("the ")], [[enc("fox"), enc("dog")]], num_samples=8,
+                                 max_samples=8, adaptive=False)
+
+
+@pytest.mark.parametrize("query", ["conditional_nll", "choose", "choose_tokens"])
+def test_from_function_user_exception_is_reraised_as_itself(query):
+    """A Run method, and a query that calls the network from outside the Run
+    (``infodiff.choose``; ``choices.choose_tokens``, which the lm-eval model calls) inside
+    ``Run.guard``: the user's own KeyError, not JAX's wrapper."""
+    import infodiff
+
     run, texts = _external("raise")
+    call = {"conditional_nll": lambda: run.conditional_nll(["the quick"], [" brown fox jumps over"]),
+            "choose": lambda: infodiff.choose(run, ["the"], [["fox", "dog"]]),
+            "choose_tokens": lambda: _choose_tokens(run)}[query]
     with pytest.raises(KeyError) as e:
-        run.conditional_nll(["the quick"], [" brown fox jumps over"])
+        call()
     assert e.type is KeyError and e.value.args == ("my model broke",)
     assert any(n.startswith("infodiff: raised in logprobs_fn's call") for n in getattr(e.value, "__notes__", []))
 

@@ -83,7 +83,7 @@ def test_whole_window_networks_refuse_prompts_and_pads_up_front(name, monkeypatc
     for call, what in [(lambda: run.nll([WINDOW[:8]]), "a padded window"),
                        (lambda: run.conditional_nll([WINDOW[:8]], [WINDOW[8:]]), "a prompt"),
                        (lambda: run.log_ratio([WINDOW[:8]], [WINDOW[8:]], [WINDOW[9:]]), "a log-ratio"),
-                       (lambda: run.choose([WINDOW[:8]], [[WINDOW[8:], WINDOW[9:]]]), "a multiple-choice")]:
+                       (lambda: infodiff.choose(run, [WINDOW[:8]], [[WINDOW[8:], WINDOW[9:]]]), "a multiple-choice")]:
         with pytest.raises(ValueError) as e:
             call()
         msg = str(e.value)

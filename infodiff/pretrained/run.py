@@ -164,8 +164,10 @@ class WholeWindowRun(scoring.Run):
     def log_ratio(self, *args, **kwargs):
         self._refuse("a log-ratio of responses to a prompt")
 
-    def choose(self, *args, **kwargs):
-        self._refuse("a multiple-choice question (responses to a prompt)")
+    def guard(self, what: str, *, prompt: bool = False):
+        if prompt:
+            self._refuse(what)
+        return super().guard(what, prompt=prompt)
 
 
 class BlockPretrainedTask(external.ExternalTask):

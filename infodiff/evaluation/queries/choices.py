@@ -1,11 +1,11 @@
 """``evaluate.py --workdir W --config.eval.input=mc.jsonl``: multiple-choice questions, one JSON
 object per line, ``{"prompt": str, "choices": [str, ...], "answer": int}`` (``answer`` optional,
-for every line or none; ``id`` optional), decided by :meth:`infodiff.scoring.Run.choose` (coupled
+for every line or none; ``id`` optional), decided by :func:`infodiff.choices.choose` (coupled
 options, adaptive stopping; :mod:`infodiff.choices`). Each row: the chosen option, its margin
 over the runner-up ± SE (nats), whether it is decided at ``eval.choice_confidence``, the samples
 and forward passes it took; the report: accuracy with the error from the sample of questions and
 the Monte Carlo error (:class:`infodiff.choices.Choices`). Same seed, same file -> the decisions of
-``run.choose`` on the same questions.
+``infodiff.choose(run, ...)`` on the same questions.
 Registered as the input kind 'choices' (:mod:`infodiff.evaluation.queries`).
 """
 
@@ -76,7 +76,7 @@ def evaluate_choices(config, ids, cols, run, row_errors) -> tuple:
     if cap < first:
         raise ValueError(f"config.eval.choice_max_samples={cap} is below the first round's {first} samples per option "
                          "(config.eval.choice_samples); raise it or leave it 0")
-    res = row_errors(lambda: run.choose(cols["prompt"], cols["choices"], answers=cols.get("answer"),
+    res = row_errors(lambda: choices_lib.choose(run, cols["prompt"], cols["choices"], answers=cols.get("answer"),
                                         confidence=float(ev.get("choice_confidence", 0.95)), num_samples=first,
                                         max_samples=cap), ids)
     rows = []
