@@ -38,6 +38,26 @@ from pathlib import Path
 
 import pytest
 
+# XLA:CPU compiles the suite's tens of thousands of small programs with LLVM's optimisation off:
+# compilation is most of the suite's time, and this takes 40 % off it (docs/testing.md). What a
+# program computes is the same: XLA's HLO passes (fusion, layout) run as before, and every
+# tolerance in the suite holds. INFODIFF_TEST_XLA_DEFAULT=1 runs the suite with XLA's defaults.
+# Subprocesses inherit it; one that sets its own XLA_FLAGS takes them from xla_flags().
+FAST_COMPILE = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true")
+
+
+def xla_flags(*extra: str) -> str:
+    """The session's XLA_FLAGS (:data:`FAST_COMPILE` unless INFODIFF_TEST_XLA_DEFAULT=1) plus
+    ``extra`` (e.g. ``--xla_force_host_platform_device_count=2``), for a subprocess's env."""
+    base = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(
+        "--xla_force_host_platform_device_count")]
+    return " ".join([*base, *extra])
+
+
+if os.environ.get("INFODIFF_TEST_XLA_DEFAULT") != "1":
+    _flags = os.environ.get("XLA_FLAGS", "").split()
+    os.environ["XLA_FLAGS"] = " ".join([*_flags, *(f for f in FAST_COMPILE if f not in _flags)])
+
 _CACHE = None
 if "INFODIFF_COMPILATION_CACHE" not in os.environ:
     _CACHE = tempfile.mkdtemp(prefix="infodiff-test-xla-")

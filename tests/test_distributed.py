@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 
 from infodiff import tasks, training
+from tests.conftest import xla_flags
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 300
@@ -64,7 +65,7 @@ def started(script: str, args: list[str], num_processes: int, devices: int, logd
     process ids, in that order in the list yielded); whatever is still running at the end is
     killed."""
     logdir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags(f"--xla_force_host_platform_device_count={devices}"),
                **(env or {}))
     port = _free_port()
     procs, logs = [], []

@@ -12,6 +12,7 @@ import pytest
 
 from infodiff import oracles
 from infodiff.processes import masking
+from tests.conftest import xla_flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -367,9 +368,8 @@ def test_evaluation_split_over_cpu_devices_gives_the_one_device_numbers(tmp_path
     # splits every estimator call's rows over them: the same draws, so the same numbers
     args = ["--config", "configs/oracle_markov.py", "--config.data.order=2", "--config.eval.num_sequences=3",
             "--config.eval.num_samples=16", "--config.eval.estimators=k_dce,stratified"]
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    for k in ("JAX_NUM_CPU_DEVICES", "XLA_FLAGS"):
-        env.pop(k, None)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags())  # no device count set
+    env.pop("JAX_NUM_CPU_DEVICES", None)
     reports = {}
     for n in ("1", "2"):
         out = tmp_path / n

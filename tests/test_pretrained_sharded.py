@@ -9,6 +9,8 @@ import textwrap
 
 import pytest
 
+from tests.conftest import xla_flags
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 SCRIPT = textwrap.dedent('''
@@ -44,7 +46,7 @@ SCRIPT = textwrap.dedent('''
 
 @pytest.mark.slow  # ~40 s: a fresh process compiling two networks twice
 def test_sharded_weights_give_the_same_numbers():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu",
+    env = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=2"), JAX_PLATFORMS="cpu",
                PYTHONPATH=str(ROOT))
     r = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=600)

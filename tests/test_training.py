@@ -28,7 +28,7 @@ from jax.sharding import PartitionSpec as P
 from infodiff import tasks, training
 from infodiff.data import text as text_data
 from tests.conftest import (PHRASE, copy_run, persistent_compilation_cache, tiny_masked_config,  # noqa: F401
-                            toy_corpus, train_run)
+                            toy_corpus, train_run, xla_flags)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -353,7 +353,7 @@ def test_sharded_matches_single_device(tmp_path):
     out_file = tmp_path / "sharded.npz"
     script = _SHARDED_SCRIPT.format(repo=str(REPO), tests=str(REPO / "tests"), out=str(out_file),
                                     wd=str(tmp_path / "wd6"))
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=4"), JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                           timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
