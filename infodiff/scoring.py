@@ -263,6 +263,11 @@ class Run:
         return self._until(draw, seed, num_samples, target_se, max_samples, bound="nelbo_difference")
 
 
+    def __getattr__(self, name):
+        if name == "choose":  # Run.choose was a method before multiple choice became a query on a Run
+            raise AttributeError("Run.choose is now infodiff.choose(run, prompts, choices, ...) (infodiff.choices)")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def guard(self, what: str, *, prompt: bool = False):
         """The context in which a query outside this class (:func:`infodiff.choices.choose`,
         :func:`infodiff.choices.choose_tokens`, the lm-eval model) calls the network: here nothing;

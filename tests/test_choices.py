@@ -139,6 +139,10 @@ def test_bad_questions_are_refused(unigram):
         infodiff.choose(run, ["a"], [["b", "c"]], max_samples=8)
     with pytest.raises(ValueError, match=r"choices\[0\] option\[1\] is empty"):
         infodiff.choose(run, ["a"], [["b", "!!"]])
+    with pytest.raises(AttributeError, match=r"^Run\.choose is now infodiff\.choose\(run, prompts, choices, \.\.\.\)"):
+        run.choose(["a"], [["b", "c"]])  # the Run is the scorer interface only
+    with pytest.raises(AttributeError, match="'ExternalRun' object has no attribute 'chose'"):
+        run.chose
 
 
 def test_levels_and_looks():
