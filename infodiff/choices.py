@@ -1,6 +1,5 @@
 """Multiple choice with a trained text run: which option is most likely given the prompt, decided
-with a stated confidence and as few samples as the question needs (docs/scoring.md, "Multiple
-choice").
+with a stated confidence and as few samples as the question needs (docs/harness.md).
 
     res = choose(run, prompts, choices, answers=answers)      # infodiff.choose -> Choices
     res.choice, res.decided, res.margin, res.margin_stderr     # per question
@@ -291,19 +290,19 @@ def _choose(run, prompts, choices, *, answers=None, confidence: float = 0.95, nu
     return res
 
 
-def choose_tokens(run, contexts, options, *, answers=None, confidence=0.95, num_samples=16, max_samples=128,
+def choose_tokens(run, contexts, options, *, answers=None, confidence=0.95, num_samples: int, max_samples: int,
                   adaptive=True, coupled=True, seed=None) -> Choices:
     """:func:`choose` on token ids: ``contexts`` Q int arrays (each already ending with whatever
     joins it to its options), or per question a list of one context per option (lm-eval's
     partial-evaluation tasks, e.g. Winogrande, change the context and keep the continuation), ``options`` Q lists of >= 2 non-empty int arrays; ``num_samples`` /
-    ``max_samples`` resolved (no defaults here). The lm-eval model calls it with its own
+    ``max_samples`` given (:func:`choose` resolves its defaults; the lm-eval model its model_args). The lm-eval model calls it with its own
     tokenization (:mod:`infodiff.harness`)."""
     with run.guard(CHOICE_QUERY, prompt=True):
         return _choose_tokens(run, contexts, options, answers=answers, confidence=confidence, num_samples=num_samples,
                               max_samples=max_samples, adaptive=adaptive, coupled=coupled, seed=seed)
 
 
-def _choose_tokens(run, contexts, options, *, answers=None, confidence=0.95, num_samples=16, max_samples=128,
+def _choose_tokens(run, contexts, options, *, answers=None, confidence=0.95, num_samples: int, max_samples: int,
                   adaptive=True, coupled=True, seed=None) -> Choices:
     """The body of :func:`choose_tokens`."""
     Q, first, cap = len(options), int(num_samples), int(max_samples)

@@ -253,7 +253,12 @@ class InfodiffLM(LM):
 
     def _is_greedy(self, ctx, ys) -> np.ndarray:
         """Whether each continuation is the run's greedy decoding given its context (module
-        docstring); continuations longer than the model's length are cut into its windows."""
+        docstring); continuations longer than the model's length are cut into its windows. The
+        network is called inside ``run.guard`` (a user's function's error re-raised as itself)."""
+        with self.run.guard("a greedy check of a continuation after a prompt (lm-eval's is_greedy)", prompt=True):
+            return self._greedy(ctx, ys)
+
+    def _greedy(self, ctx, ys) -> np.ndarray:
         win = scoring.response_windows(ctx, ys, self.run.seq_len)
         model = self.run.task.order_model(self.run.denoiser.params)
         if model is None:
@@ -296,6 +301,11 @@ class InfodiffLM(LM):
         return out
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        """lm-eval's generation requests (module docstring), the network called inside ``run.guard``."""
+        with self.run.guard("generation after a prompt (lm-eval's generate_until)", prompt=True):
+            return self._generate_until(requests)
+
+    def _generate_until(self, requests) -> list[str]:
         from infodiff.processes import masked as masked_lib
 
         task, L = self.run.task, self.run.seq_len

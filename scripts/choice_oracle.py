@@ -23,7 +23,7 @@ def main():
     ap.add_argument("--order", type=int, default=2)
     ap.add_argument("--temperature", type=float, default=0.5, help="the chain's table temperature (lower: peakier)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--first", type=int, default=0, help="first round per option (0: the estimator's min_samples)")
+    ap.add_argument("--first", type=int, default=0, help="first round per option (0: the default, twice the estimator's min_samples)")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
 

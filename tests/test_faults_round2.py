@@ -185,17 +185,31 @@ def _choose_tokens(run):
                                  max_samples=8, adaptive=False)
 
 
-@pytest.mark.parametrize("query", ["conditional_nll", "choose", "choose_tokens"])
+def _lm_eval_call(run, what):
+    import types
+
+    from infodiff.harness import InfodiffLM
+
+    lm = InfodiffLM(run=run)
+    if what == "generate_until":
+        return lm.generate_until([types.SimpleNamespace(args=("the quick", {"until": ["."], "max_gen_toks": 4}))])
+    enc = run.encode
+    return lm._is_greedy([enc("the ")], [enc("fox")])  # the is_greedy of lm-eval's single requests
+
+
+@pytest.mark.parametrize("query", ["conditional_nll", "choose", "choose_tokens", "generate_until", "is_greedy"])
 def test_from_function_user_exception_is_reraised_as_itself(query):
-    """A Run method, and a query that calls the network from outside the Run
-    (``infodiff.choose``; ``choices.choose_tokens``, which the lm-eval model calls) inside
-    ``Run.guard``: the user's own KeyError, not JAX's wrapper."""
+    """A Run method, and every query that calls the network from outside the Run
+    (``infodiff.choose``; ``choices.choose_tokens``, the lm-eval model's generation and greedy
+    check) inside ``Run.guard``: the user's own KeyError, not JAX's wrapper."""
     import infodiff
 
     run, texts = _external("raise")
     call = {"conditional_nll": lambda: run.conditional_nll(["the quick"], [" brown fox jumps over"]),
             "choose": lambda: infodiff.choose(run, ["the"], [["fox", "dog"]]),
-            "choose_tokens": lambda: _choose_tokens(run)}[query]
+            "choose_tokens": lambda: _choose_tokens(run),
+            "generate_until": lambda: _lm_eval_call(run, "generate_until"),
+            "is_greedy": lambda: _lm_eval_call(run, "is_greedy")}[query]
     with pytest.raises(KeyError) as e:
         call()
     assert e.type is KeyError and e.value.args == ("my model broke",)
