@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import threading
 from typing import Any, Callable
 
@@ -127,7 +128,8 @@ class ExternalDenoiser:
             if not isinstance(out, np.ndarray) and hasattr(out, "__array__"):
                 out = np.asarray(out)
             check_output(out, B, L, self.model_vocab, self.mask_id, where=where)
-        except Exception as e:  # noqa: BLE001 - kept, and re-raised as itself by the Run (_reraise_user_error)
+        except Exception as e:  # noqa: BLE001 - kept, and re-raised as itself by the Run (ExternalRun.guard)
+            e.infodiff_host_call = where  # JAX's log of it is dropped inside the guard (_KeptFailureFilter)
             with self.calls["lock"]:
                 if self.calls["failure"] is None:
                     self.calls["failure"] = e
@@ -207,6 +209,19 @@ def _reraise_user_error(method: Callable) -> Callable:
     return wrapped
 
 
+class _KeptFailureFilter(logging.Filter):
+    """Drops JAX's "jax.pure_callback failed" traceback of an exception that a host call kept
+    (``ExternalDenoiser._host``): the guard re-raises that exception itself, so the traceback on
+    stderr would only repeat it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return getattr(exc, "infodiff_host_call", None) is None
+
+
+_JAX_CALLBACK_LOGGER = "jax._src.callback"
+
+
 class ExternalRun(scoring.Run):
     """A :class:`infodiff.scoring.Run` over a user's function: every public method, and every
     query that calls the network from outside the Run (:meth:`guard`), re-raises a failure of the
@@ -218,6 +233,8 @@ class ExternalRun(scoring.Run):
         check) as itself (its type and message, a note naming the call), not as the
         JaxRuntimeError that JAX's callback turns it into."""
         self.denoiser.take_failure()  # forget one of an earlier method that was caught by its caller
+        quiet, log = _KeptFailureFilter(), logging.getLogger(_JAX_CALLBACK_LOGGER)
+        log.addFilter(quiet)
         try:
             yield
         except Exception as e:
@@ -225,6 +242,8 @@ class ExternalRun(scoring.Run):
             if failure is None or failure is e:
                 raise
             raise failure from None
+        finally:
+            log.removeFilter(quiet)
 
 
 for _name in ("nll", "conditional_nll", "log_ratio", "nll_interval", "conditional_nll_interval", "window_nll"):

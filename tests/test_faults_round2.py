@@ -198,7 +198,7 @@ def _lm_eval_call(run, what):
 
 
 @pytest.mark.parametrize("query", ["conditional_nll", "choose", "choose_tokens", "generate_until", "is_greedy"])
-def test_from_function_user_exception_is_reraised_as_itself(query):
+def test_from_function_user_exception_is_reraised_as_itself(query, caplog):
     """A Run method, and every query that calls the network from outside the Run
     (``infodiff.choose``; ``choices.choose_tokens``, the lm-eval model's generation and greedy
     check) inside ``Run.guard``: the user's own KeyError, not JAX's wrapper."""
@@ -213,6 +213,8 @@ def test_from_function_user_exception_is_reraised_as_itself(query):
     with pytest.raises(KeyError) as e:
         call()
     assert e.type is KeyError and e.value.args == ("my model broke",)
+    # JAX's own "jax.pure_callback failed" traceback of it is not logged: the error is said once
+    assert not [r for r in caplog.records if "callback failed" in r.getMessage()], caplog.text[:2000]
     assert any(n.startswith("infodiff: raised in logprobs_fn's call") for n in getattr(e.value, "__notes__", []))
 
 
