@@ -51,6 +51,7 @@ import numpy as np
 import scipy.stats
 
 from infodiff import likelihood as lk
+from infodiff import scoring
 from infodiff import validation
 from infodiff import windows
 
@@ -234,6 +235,7 @@ def mc_stderr(p_best: list) -> float:
     return float(np.sqrt(np.sum(v)) / len(v))
 
 
+@scoring.guarded(CHOICE_QUERY, prompt=True)
 def choose(run, prompts, choices, *, answers=None, confidence: float = 0.95, num_samples: int | None = None,
            max_samples: int | None = None, adaptive: bool = True, coupled: bool = True, seed: int | None = None) -> Choices:
     """Pick the most likely option of each question (module docstring); ``run`` an
@@ -243,14 +245,6 @@ def choose(run, prompts, choices, *, answers=None, confidence: float = 0.95, num
     ``max_samples``: the cap per option (default :func:`default_samples`: k_dce 128). Same seed, same questions ->
     same decisions. Raises TypeError / ValueError for malformed questions, answers out of range,
     bad settings, or options of one question that need different numbers of windows."""
-    with run.guard(CHOICE_QUERY, prompt=True):
-        return _choose(run, prompts, choices, answers=answers, confidence=confidence, num_samples=num_samples,
-                       max_samples=max_samples, adaptive=adaptive, coupled=coupled, seed=seed)
-
-
-def _choose(run, prompts, choices, *, answers=None, confidence: float = 0.95, num_samples: int | None = None,
-           max_samples: int | None = None, adaptive: bool = True, coupled: bool = True, seed: int | None = None) -> Choices:
-    """The body of :func:`choose`."""
     prompts = list(prompts) if not isinstance(prompts, str) else prompts
     if isinstance(choices, (str, bytes)) or not hasattr(choices, "__iter__"):
         raise TypeError("choices: expected a list with one list of option strings per question")
@@ -284,12 +278,13 @@ def _choose(run, prompts, choices, *, answers=None, confidence: float = 0.95, nu
         changed.append(_sum_dicts([p_changed[i], *ch]))
     run.last_changed = changed
     run.last_context = np.asarray([len(c) for c in ctx], np.int64)
-    res = _choose_tokens(run, ctx, options, answers=answers, confidence=confidence, num_samples=first,
+    res = choose_tokens(run, ctx, options, answers=answers, confidence=confidence, num_samples=first,
                         max_samples=cap, adaptive=adaptive, coupled=coupled, seed=seed)
     res.info["prompt_tokens"] = np.asarray(run.last_context, np.int64)
     return res
 
 
+@scoring.guarded(CHOICE_QUERY, prompt=True)
 def choose_tokens(run, contexts, options, *, answers=None, confidence=0.95, num_samples: int, max_samples: int,
                   adaptive=True, coupled=True, seed=None) -> Choices:
     """:func:`choose` on token ids: ``contexts`` Q int arrays (each already ending with whatever
@@ -297,14 +292,6 @@ def choose_tokens(run, contexts, options, *, answers=None, confidence=0.95, num_
     partial-evaluation tasks, e.g. Winogrande, change the context and keep the continuation), ``options`` Q lists of >= 2 non-empty int arrays; ``num_samples`` /
     ``max_samples`` given (:func:`choose` resolves its defaults; the lm-eval model its model_args). The lm-eval model calls it with its own
     tokenization (:mod:`infodiff.harness`)."""
-    with run.guard(CHOICE_QUERY, prompt=True):
-        return _choose_tokens(run, contexts, options, answers=answers, confidence=confidence, num_samples=num_samples,
-                              max_samples=max_samples, adaptive=adaptive, coupled=coupled, seed=seed)
-
-
-def _choose_tokens(run, contexts, options, *, answers=None, confidence=0.95, num_samples: int, max_samples: int,
-                  adaptive=True, coupled=True, seed=None) -> Choices:
-    """The body of :func:`choose_tokens`."""
     Q, first, cap = len(options), int(num_samples), int(max_samples)
     ctx = contexts
     L = run.seq_len

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import logging
 import threading
 from typing import Any, Callable
@@ -198,17 +197,6 @@ class ExternalTask(scoring.ScorerTask):
         return {**info, **self.source}  # a released checkpoint: its kind and path
 
 
-def _reraise_user_error(method: Callable) -> Callable:
-    """``method`` of a Run inside :meth:`ExternalRun.guard`."""
-
-    @functools.wraps(method)
-    def wrapped(self, *args, **kwargs):
-        with self.guard(method.__name__):
-            return method(self, *args, **kwargs)
-
-    return wrapped
-
-
 class _KeptFailureFilter(logging.Filter):
     """Drops JAX's "jax.pure_callback failed" traceback of an exception that a host call kept
     (``ExternalDenoiser._host``): the guard re-raises that exception itself, so the traceback on
@@ -247,7 +235,7 @@ class ExternalRun(scoring.Run):
 
 
 for _name in ("nll", "conditional_nll", "log_ratio", "nll_interval", "conditional_nll_interval", "window_nll"):
-    setattr(ExternalRun, _name, _reraise_user_error(getattr(scoring.Run, _name)))
+    setattr(ExternalRun, _name, scoring.guarded(_name)(getattr(scoring.Run, _name)))
 
 
 def make_tokenizer(encode, separator, vocab: int, mask_id: int, name: str = "custom") -> scoring.Tokenizer:

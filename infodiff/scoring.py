@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 
 import jax
@@ -96,6 +97,21 @@ class ScorerTask:
 
     def process_info(self, process) -> dict:
         return {"name": self.name, **self.source}
+
+
+def guarded(what: str, *, prompt: bool = False):
+    """Decorator: ``fn(run, ...)`` (a query on a :class:`Run`, or a Run method) called inside
+    ``run.guard(what, prompt=prompt)`` (:meth:`Run.guard`)."""
+
+    def decorate(fn):
+        @functools.wraps(fn)
+        def wrapped(run, *args, **kwargs):
+            with run.guard(what, prompt=prompt):
+                return fn(run, *args, **kwargs)
+
+        return wrapped
+
+    return decorate
 
 
 class Run:
