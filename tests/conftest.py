@@ -39,8 +39,7 @@ from pathlib import Path
 import pytest
 
 # XLA:CPU compiles the suite's tens of thousands of small programs with LLVM's optimisation off:
-# compilation is most of the suite's time, and this takes a third of the suite's CPU time off
-# (docs/testing.md, "Time"). XLA's graph passes run as before; the machine code differs, so float
+# compilation is most of the suite's time (docs/testing.md, "Time"). XLA's graph passes run as before; the machine code differs, so float
 # results can differ in the last bits (and a sampled path after a threshold), within every
 # tolerance of the suite. INFODIFF_TEST_XLA_DEFAULT=1 runs the suite with XLA's defaults.
 # Subprocesses inherit it; one that sets its own XLA_FLAGS takes them from xla_flags().
